@@ -1,0 +1,3 @@
+from slayer_lsp.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,419 @@
+"""Read a SLayer store (YAML directory or SQLite file) into decoded documents.
+
+Ground state of the whole program: everything else is derived from the ``StoreRead`` this module
+returns. The readers are read-only (never migrate, never write back), O(N) (one directory listing
+per directory, never one per file), and never raise on bad content: a document that cannot be
+loaded becomes a ``LoadIssue`` naming its source and the reason, and the rest still loads.
+
+Both readers keep a cache keyed by each source's identity (stat key for files, the stored text for
+rows), so a rescan after a change re-parses only what changed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from slayer_lsp.store import documents as d
+from slayer_lsp.store.locate import StoreLocation, locate
+
+try:  # PyYAML's C loader is ~8x faster; fall back only where libyaml is missing.
+    _Loader: Any = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover
+    _Loader = yaml.SafeLoader
+
+DocValue = d.Model | d.Datasource | d.Memory | tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DocKey:
+    """Identity of a stored document: ``("model", "ds.name")``, ``("memory", id)``, ..."""
+
+    kind: str  # "datasource" | "model" | "memory" | "priority"
+    name: str
+
+
+PRIORITY_KEY = DocKey("priority", "")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a document lives: a file path, or a table row of the SQLite store."""
+
+    path: str
+    table: str | None = None
+    row: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path} [{self.table} {self.row!r}]" if self.table else self.path
+
+
+@dataclass(frozen=True, slots=True)
+class LoadIssue:
+    source: Source
+    message: str
+    severity: str = "warning"  # "warning" | "error"
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDoc:
+    key: DocKey
+    value: DocValue
+    source: Source
+    digest: str  # identity of the stored content; equal digests mean an unchanged document
+    issues: tuple[LoadIssue, ...] = ()  # non-fatal notes (newer version, duplicate column, ...)
+
+
+@dataclass(slots=True)
+class StoreRead:
+    """One complete read of a store."""
+
+    location: StoreLocation
+    docs: dict[DocKey, StoredDoc] = field(default_factory=dict)
+    issues: list[LoadIssue] = field(default_factory=list)  # documents that did not load at all
+    fatal: str | None = None  # the store as a whole could not be read (missing, locked, corrupt)
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _plain(value: Any) -> Any:
+    """YAML 1.1 turns unquoted timestamps into datetime objects; the documents store strings."""
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            return value.isoformat() + "Z"
+        return value.isoformat()
+    if isinstance(value, _dt.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _version_issue(source: Source, kind: str, version: int) -> tuple[LoadIssue, ...]:
+    note = d.check_version(kind, version)
+    return (LoadIssue(source, note),) if note else ()
+
+
+def _finish_model(model: d.Model, source: Source) -> tuple[d.Model, tuple[LoadIssue, ...]]:
+    """Normalise column types and drop duplicate leaf names (first wins), noting each."""
+    issues = list(_version_issue(source, "SlayerModel", model.version))
+    seen: set[str] = set()
+    columns: list[d.Column] = []
+    for col in model.columns:
+        if col.name in seen:
+            issues.append(LoadIssue(source, f"model '{model.name}' has duplicate column '{col.name}'; "
+                                            "the first definition is used"))
+            continue
+        seen.add(col.name)
+        norm = d.normalise_type(col.type)
+        columns.append(col if norm == col.type else msgspec.structs.replace(col, type=norm))
+    for m in model.measures:
+        if m.name and m.name in seen:
+            issues.append(LoadIssue(source, f"model '{model.name}': measure '{m.name}' has the name of "
+                                            "a column"))
+    if columns != model.columns:
+        model = msgspec.structs.replace(model, columns=columns)
+    return model, tuple(issues)
+
+
+def decode_model(data: Any, source: Source, *, strict: bool) -> tuple[d.Model, tuple[LoadIssue, ...]]:
+    model = msgspec.convert(data, d.Model, strict=strict)
+    return _finish_model(model, source)
+
+
+def split_front_matter(text: str) -> tuple[dict[str, Any] | None, str]:
+    """Split a memory file into its YAML front matter and the learning (the body, verbatim)."""
+    if not text.startswith("---\n"):
+        return None, text
+    end = text.find("\n---\n", 3)
+    if end < 0:
+        if text.endswith("\n---"):
+            end = len(text) - 4
+            front = yaml.load(text[4:end], Loader=_Loader)
+            return (front if isinstance(front, dict) else {}), ""
+        return None, text
+    front = yaml.load(text[4:end], Loader=_Loader)
+    return (front if isinstance(front, dict) else {}), text[end + 5:]
+
+
+# --------------------------------------------------------------------------- YAML backend
+
+
+class YamlReader:
+    """Reads ``datasources/*.yaml``, ``models/<ds>/*.yaml``, ``memories/*.md`` and ``priority.yaml``."""
+
+    def __init__(self, location: StoreLocation):
+        self.location = location
+        self.root = location.path
+        # path -> (stat key, doc or None, issues)
+        self._cache: dict[str, tuple[tuple[int, ...], StoredDoc | None, tuple[LoadIssue, ...]]] = {}
+
+    def read(self) -> StoreRead:
+        out = StoreRead(self.location)
+        if not self.root.is_dir():
+            out.fatal = f"store directory {self.root} does not exist" if not self.root.exists() \
+                else f"{self.root} is not a directory"
+            return out
+        live: set[str] = set()
+        for path, parse in self._listing():
+            live.add(path)
+            doc, issues = self._load(path, parse)
+            out.issues.extend(i for i in issues if doc is None)
+            if doc is None:
+                continue
+            prev = out.docs.get(doc.key)
+            if prev is not None:
+                out.issues.append(LoadIssue(doc.source, f"{doc.key.kind} '{doc.key.name}' is also defined in "
+                                                        f"{prev.source}; the first is used"))
+                continue
+            out.docs[doc.key] = doc
+        for stale in set(self._cache) - live:
+            del self._cache[stale]
+        return out
+
+    def _listing(self) -> Iterable[tuple[str, Any]]:
+        root = self.root
+        yield from ((p, self._parse_datasource) for p in _files(root / "datasources", (".yaml", ".yml")))
+        models = root / "models"
+        for ds_dir in _dirs(models):
+            yield from ((p, self._parse_model) for p in _files(Path(ds_dir), (".yaml", ".yml")))
+        yield from ((p, self._parse_memory) for p in _files(root / "memories", (".md",)))
+        prio = root / "priority.yaml"
+        if prio.is_file():
+            yield str(prio), self._parse_priority
+
+    def _load(self, path: str, parse: Any) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
+        source = Source(path)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            return None, (LoadIssue(source, f"cannot stat: {exc.strerror or exc}"),)
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        cached = self._cache.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read()
+            text = raw.decode("utf-8")
+            doc = parse(path, text, source)
+            result: tuple[StoredDoc | None, tuple[LoadIssue, ...]] = (doc, doc.issues)
+        except UnicodeDecodeError as exc:
+            result = (None, (LoadIssue(source, f"not UTF-8 text ({exc.reason} at byte {exc.start})",
+                                       "error"),))
+        except yaml.YAMLError as exc:
+            result = (None, (LoadIssue(source, f"invalid YAML: {_yaml_reason(exc)}", "error"),))
+        except (msgspec.ValidationError, ValueError, TypeError) as exc:
+            result = (None, (LoadIssue(source, f"cannot be loaded: {exc}", "error"),))
+        except OSError as exc:
+            result = (None, (LoadIssue(source, f"cannot be read: {exc.strerror or exc}", "error"),))
+        self._cache[path] = (key, result[0], result[1])
+        return result
+
+    @staticmethod
+    def _digest(text: str) -> str:
+        return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+    def _parse_datasource(self, path: str, text: str, source: Source) -> StoredDoc:
+        data = _plain(yaml.load(text, Loader=_Loader))
+        if not isinstance(data, dict):
+            raise ValueError("expected a mapping at the top level")
+        data.setdefault("name", Path(path).stem)
+        ds = msgspec.convert(data, d.Datasource, strict=False)
+        issues = _version_issue(source, "DatasourceConfig", ds.version)
+        return StoredDoc(DocKey("datasource", ds.name), ds, source, self._digest(text), issues)
+
+    def _parse_model(self, path: str, text: str, source: Source) -> StoredDoc:
+        data = _plain(yaml.load(text, Loader=_Loader))
+        if not isinstance(data, dict):
+            raise ValueError("expected a mapping at the top level")
+        p = Path(path)
+        data.setdefault("name", p.stem)
+        data.setdefault("data_source", p.parent.name)
+        model, issues = decode_model(data, source, strict=False)
+        if model.data_source != p.parent.name or model.name != p.stem:
+            issues += (LoadIssue(source, f"file defines model '{model.data_source}.{model.name}', not "
+                                         f"'{p.parent.name}.{p.stem}' as its path says"),)
+        if p.suffix == ".yml":
+            issues += (LoadIssue(source, "SLayer lists '.yml' model files but only opens '.yaml'; rename "
+                                         "it so SLayer can load this model"),)
+        key = DocKey("model", f"{model.data_source}.{model.name}")
+        return StoredDoc(key, model, source, self._digest(text), issues)
+
+    def _parse_memory(self, path: str, text: str, source: Source) -> StoredDoc:
+        front, body = split_front_matter(text)
+        issues: tuple[LoadIssue, ...] = ()
+        if front is None:
+            front = {}
+            issues = (LoadIssue(source, "memory file has no YAML front matter; read as learning only"),)
+        front = _plain(front)
+        front["id"] = Path(path).stem
+        front["learning"] = body
+        mem = msgspec.convert(front, d.Memory, strict=False)
+        issues += _version_issue(source, "Memory", mem.version)
+        return StoredDoc(DocKey("memory", mem.id), mem, source, self._digest(text), issues)
+
+    def _parse_priority(self, path: str, text: str, source: Source) -> StoredDoc:
+        data = yaml.load(text, Loader=_Loader) or {}
+        items = data.get("priority", []) if isinstance(data, dict) else data
+        if not isinstance(items, list):
+            raise ValueError("'priority' must be a list of datasource names")
+        return StoredDoc(PRIORITY_KEY, tuple(str(x) for x in items), source, self._digest(text))
+
+
+def _yaml_reason(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is not None:
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return problem
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as it:
+            return sorted(it, key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _files(directory: Path, suffixes: tuple[str, ...]) -> list[str]:
+    """Files with these suffixes, sorted; dotfiles (SLayer's temp files) are skipped."""
+    return [e.path for e in _entries(directory)
+            if not e.name.startswith(".") and e.name.endswith(suffixes) and e.is_file()]
+
+
+def _dirs(directory: Path) -> list[str]:
+    return [e.path for e in _entries(directory) if not e.name.startswith(".") and e.is_dir()]
+
+
+# --------------------------------------------------------------------------- SQLite backend
+
+
+class SqliteReader:
+    """Reads the ``datasources``, ``models``, ``memories`` and ``settings`` tables in one short,
+    read-only transaction (never migrating the schema, never holding the file open)."""
+
+    def __init__(self, location: StoreLocation, busy_timeout: float = 2.0):
+        self.location = location
+        self.busy_timeout = busy_timeout
+        self._cache: dict[tuple[str, str], tuple[str, StoredDoc | None, tuple[LoadIssue, ...]]] = {}
+
+    def read(self) -> StoreRead:
+        out = StoreRead(self.location)
+        path = self.location.path
+        if not path.is_file():
+            out.fatal = f"store file {path} does not exist"
+            return out
+        try:
+            rows = self._fetch(path)
+        except sqlite3.DatabaseError as exc:
+            out.fatal = f"cannot read SQLite store {path}: {exc}"
+            return out
+        live: set[tuple[str, str]] = set()
+        for table, row_key, text in rows:
+            live.add((table, row_key))
+            doc, issues = self._load(table, row_key, text)
+            if doc is None:
+                out.issues.extend(issues)
+            elif doc.key in out.docs:
+                out.issues.append(LoadIssue(doc.source, f"{doc.key.kind} '{doc.key.name}' is stored twice"))
+            else:
+                out.docs[doc.key] = doc
+        for stale in set(self._cache) - live:
+            del self._cache[stale]
+        return out
+
+    def _fetch(self, path: Path) -> list[tuple[str, str, str]]:
+        uri = f"{path.resolve().as_uri()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, check_same_thread=False)
+        try:
+            conn.execute("BEGIN")  # one consistent read; released at once
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            missing = {"models", "datasources", "memories"} - tables
+            if missing:
+                raise sqlite3.DatabaseError(f"not a SLayer store (missing tables: {', '.join(sorted(missing))})")
+            rows: list[tuple[str, str, str]] = []
+            rows += [("datasources", n, t) for n, t in conn.execute("SELECT name, data FROM datasources ORDER BY name")]
+            rows += [("models", f"{ds}.{n}", t) for ds, n, t in
+                     conn.execute("SELECT data_source, name, data FROM models ORDER BY data_source, name")]
+            rows += [("memories", i, t) for i, t in conn.execute("SELECT id, data FROM memories ORDER BY id")]
+            if "settings" in tables:
+                rows += [("settings", k, v) for k, v in
+                         conn.execute("SELECT key, value FROM settings WHERE key = 'datasource_priority'")]
+            conn.execute("COMMIT")
+            return rows
+        finally:
+            conn.close()
+
+    def _load(self, table: str, row_key: str, text: str) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
+        cached = self._cache.get((table, row_key))
+        if cached is not None and cached[0] == text:
+            return cached[1], cached[2]
+        source = Source(str(self.location.path), table, row_key)
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        try:
+            doc = self._parse(table, row_key, text, source, digest)
+            result: tuple[StoredDoc | None, tuple[LoadIssue, ...]] = (doc, doc.issues)
+        except (msgspec.ValidationError, msgspec.DecodeError, ValueError, TypeError) as exc:
+            result = (None, (LoadIssue(source, f"cannot be loaded: {exc}", "error"),))
+        self._cache[(table, row_key)] = (text, result[0], result[1])
+        return result
+
+    @staticmethod
+    def _parse(table: str, row_key: str, text: str, source: Source, digest: str) -> StoredDoc:
+        if table == "datasources":
+            ds = msgspec.json.decode(text, type=d.Datasource, strict=False)
+            return StoredDoc(DocKey("datasource", ds.name), ds, source, digest,
+                             _version_issue(source, "DatasourceConfig", ds.version))
+        if table == "models":
+            model, issues = decode_model(msgspec.json.decode(text), source, strict=False)
+            return StoredDoc(DocKey("model", f"{model.data_source}.{model.name}"), model, source, digest, issues)
+        if table == "memories":
+            mem = msgspec.json.decode(text, type=d.Memory, strict=False)
+            if not mem.id:
+                mem = msgspec.structs.replace(mem, id=row_key)
+            return StoredDoc(DocKey("memory", mem.id), mem, source, digest,
+                             _version_issue(source, "Memory", mem.version))
+        items = msgspec.json.decode(text)
+        if not isinstance(items, list):
+            raise ValueError("datasource_priority must be a JSON list")
+        return StoredDoc(PRIORITY_KEY, tuple(str(x) for x in items), source, digest)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+class StoreReader:
+    """The reader for one store location, reusing parses across reads."""
+
+    def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None):
+        self.location = storage if isinstance(storage, StoreLocation) else locate(storage)
+        self._impl = YamlReader(self.location) if self.location.backend == "yaml" else SqliteReader(self.location)
+
+    def read(self) -> StoreRead:
+        try:
+            return self._impl.read()
+        except OSError as exc:  # the directory vanished mid-scan, permissions, ...
+            out = StoreRead(self.location)
+            out.fatal = f"cannot read store {self.location.path}: {exc}"
+            return out
+
+
+def read_store(storage: str | os.PathLike[str] | StoreLocation | None = None) -> StoreRead:
+    return StoreReader(storage).read()
