@@ -1,0 +1,103 @@
+"""The engine: one store, its last good snapshot, and the warm indexes derived from it.
+
+Front ends (the language server, the CLI) hold one ``Engine``. ``refresh()`` re-reads the store
+(cheap: unchanged files are not re-parsed), derives the next catalog snapshot and updates every index
+with the delta; readers always see a complete (snapshot, indexes) pair because the pair is swapped in
+one assignment under a lock. A store that cannot be read keeps the last good state serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from slayer_lsp.catalog import Catalog, Delta
+from slayer_lsp.store.locate import StoreLocation, locate
+from slayer_lsp.store.reader import StoreReader
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class State:
+    """A consistent pair: a catalog snapshot and the search indexes built for exactly that snapshot."""
+
+    catalog: Catalog
+    search: object  # slayer_lsp.search.service.SearchIndexes, typed loosely to keep imports lazy
+
+
+@dataclass
+class RefreshStats:
+    generation: int = 0
+    last_refresh_s: float = 0.0
+    last_delta_size: int = 0
+    refreshes: int = 0
+    last_error: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class Engine:
+    def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None, *,
+                 graph: bool = True):
+        self.location = storage if isinstance(storage, StoreLocation) else locate(storage)
+        self._reader = StoreReader(self.location)
+        self._lock = threading.RLock()
+        self._graph_enabled = graph
+        self.stats = RefreshStats()
+        self._state: State | None = None
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def state(self) -> State:
+        if self._state is None:
+            self.refresh()
+        assert self._state is not None
+        return self._state
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.state.catalog
+
+    def refresh(self) -> Delta:
+        """Re-read the store and bring every index up to date; returns what changed."""
+        from slayer_lsp.search.service import SearchIndexes
+
+        with self._lock:
+            t0 = time.perf_counter()
+            read = self._reader.read()
+            t1 = time.perf_counter()
+            if self._state is None:
+                catalog = Catalog.from_read(read)
+                indexes = SearchIndexes.build(catalog, graph=self._graph_enabled)
+                delta = Delta(added=frozenset(catalog.entities))
+            else:
+                catalog, delta = self._state.catalog.derive(read)
+                if catalog is self._state.catalog:
+                    return delta
+                indexes = self._state.search.apply(catalog, delta)  # type: ignore[attr-defined]
+            self._state = State(catalog, indexes)
+            t2 = time.perf_counter()
+            self.stats.generation = catalog.generation
+            self.stats.refreshes += 1
+            self.stats.last_refresh_s = t2 - t0
+            self.stats.last_delta_size = len(delta.touched)
+            self.stats.last_error = catalog.fatal
+            self.stats.timings = {"read_s": t1 - t0, "index_s": t2 - t1}
+            if catalog.fatal:
+                log.warning("store unreadable, serving the last good snapshot: %s", catalog.fatal)
+            return delta
+
+    # ------------------------------------------------------------------ queries
+
+    def search(self, params: object):  # -> SearchResponse
+        """Run one search on the current state (``params``: a ``SearchParams`` or a plain dict)."""
+        from slayer_lsp.search.service import search
+        from slayer_lsp.search.types import SearchParams, parse_params
+
+        p = params if isinstance(params, SearchParams) else parse_params(params)
+        state = self.state
+        return search(state.catalog, state.search, p)

@@ -1,0 +1,446 @@
+"""Search: SLayer's ``search`` surface answered from warm indexes.
+
+``SearchIndexes`` holds what is expensive to build (rendered documents, the tantivy indexes, the
+Cypher graph, the tag corpora) for one catalog snapshot and derives the next one from a ``Delta``.
+``search()`` is a pure function of (catalog, indexes, params) that follows SLayer's pipeline step by
+step: validate, resolve inputs leniently, apply the cypher filter, scope memories, rank per channel
+and kind, fuse with RRF, build hits, warn about stale example queries.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from slayer_lsp.catalog import Catalog, Delta
+from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref, rooted_at
+from slayer_lsp.search import render
+from slayer_lsp.search.fulltext import FullTextIndex
+from slayer_lsp.search.tags import TagCorpus
+from slayer_lsp.search.types import (
+    MAX_QUESTION_CHARS,
+    MAX_RESULTS_CAP,
+    SearchError,
+    SearchHit,
+    SearchParams,
+    SearchResponse,
+)
+from slayer_lsp.store import documents as d
+
+log = logging.getLogger(__name__)
+
+RRF_K = 60
+TEXT_DEPTH = 5000  # per channel and kind; deeper ranks add < 1/5060 to a fused score
+
+
+# --------------------------------------------------------------------------- indexes
+
+
+def _doc_scopes(catalog: Catalog, canonical: str) -> set[str]:
+    """The datasources whose filtered corpus holds this document."""
+    if is_memory_ref(canonical):
+        mem = catalog.memory(memory_id_of(canonical))
+        if mem is None:
+            return set()
+        return {ds for ds in catalog.datasources if any(rooted_at(t, ds) for t in mem.entities)}
+    return {canonical.split(".", 1)[0]}
+
+
+def _is_visible(catalog: Catalog, canonical: str) -> bool:
+    ent = catalog.get(canonical)
+    return ent is not None and not ent.hidden
+
+
+@dataclass
+class SearchIndexes:
+    """Warm indexes for one catalog snapshot. ``apply`` mutates the tantivy indexes in place and
+    returns the object for the next snapshot (the engine swaps it in with the catalog)."""
+
+    docs: dict[str, render.RenderedDoc]  # every searchable (visible) document
+    fulltext: FullTextIndex
+    by_datasource: dict[str, FullTextIndex]  # built on first use, then kept up to date
+    graph_enabled: bool = True
+    _graph: Any = None
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _cache: dict[Any, Any] = field(default_factory=dict)  # per-snapshot derived values
+
+    @classmethod
+    def build(cls, catalog: Catalog, *, graph: bool = True) -> SearchIndexes:
+        docs: dict[str, render.RenderedDoc] = {}
+        for cid in render.visible_doc_ids(catalog):
+            doc = render.render_entity(catalog, cid)
+            if doc is not None:
+                docs[cid] = doc
+        return cls(docs, FullTextIndex(docs.values()), {}, graph)
+
+    def apply(self, catalog: Catalog, delta: Delta) -> SearchIndexes:
+        with self._lock:
+            touched = set(delta.touched)
+            for cid in delta.touched:  # a datasource document lists its models
+                if not is_memory_ref(cid) and cid.count(".") == 1:
+                    touched.add(cid.split(".", 1)[0])
+            docs = dict(self.docs)
+            upserts: list[render.RenderedDoc] = []
+            removals: list[str] = []
+            for cid in sorted(touched):
+                doc = render.render_entity(catalog, cid) if _is_visible(catalog, cid) else None
+                if doc is None:
+                    if docs.pop(cid, None) is not None:
+                        removals.append(cid)
+                elif docs.get(cid) != doc:
+                    docs[cid] = doc
+                    upserts.append(doc)
+            self.fulltext.delete(removals)
+            self.fulltext.upsert(upserts)
+            for ds, index in list(self.by_datasource.items()):
+                if ds not in catalog.datasources:
+                    del self.by_datasource[ds]
+                    continue
+                index.delete([c for c in removals if c in index])
+                index.delete([u.canonical for u in upserts
+                              if u.canonical in index and ds not in _doc_scopes(catalog, u.canonical)])
+                index.upsert([u for u in upserts if ds in _doc_scopes(catalog, u.canonical)])
+            graph = self._graph
+            if graph is not None and not delta.empty:
+                try:
+                    graph.apply(catalog, delta)
+                except Exception as exc:  # a broken graph is rebuilt on next use, never fatal
+                    log.warning("graph update failed, will rebuild: %s", exc)
+                    graph = None
+            return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, graph)
+
+    def fulltext_for(self, catalog: Catalog, datasource: str | None) -> FullTextIndex:
+        if datasource is None:
+            return self.fulltext
+        with self._lock:
+            index = self.by_datasource.get(datasource)
+            if index is None:
+                index = FullTextIndex(doc for cid, doc in self.docs.items()
+                                      if datasource in _doc_scopes(catalog, cid))
+                self.by_datasource[datasource] = index
+            return index
+
+    def graph(self, catalog: Catalog):  # -> GraphIndex
+        with self._lock:
+            if self._graph is None:
+                from slayer_lsp.search.graph import GraphIndex
+
+                self._graph = GraphIndex.build(catalog)
+            return self._graph
+
+    def order(self, catalog: Catalog) -> dict[str, int]:
+        """Corpus position of each document: the tie order SLayer's insertion order gives."""
+        return self._cached("order", lambda: {c: i for i, c in enumerate(render.visible_doc_ids(catalog))})
+
+    def tag_corpus(self, catalog: Catalog, datasource: str | None) -> TagCorpus:
+        def build() -> TagCorpus:
+            mems = _scoped_memories(catalog, datasource)
+            return TagCorpus.build(mems, _validity(catalog, datasource, {m.id for m in mems}))
+        return self._cached(("tags", datasource), build)
+
+    def _cached(self, key: Any, build):  # type: ignore[no-untyped-def]
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = build()
+            return self._cache[key]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _scoped_memories(catalog: Catalog, datasource: str | None) -> list[d.Memory]:
+    mems = list(catalog.memories.values())
+    if datasource is None:
+        return mems
+    return [m for m in mems if any(rooted_at(t, datasource) for t in m.entities)]
+
+
+def _validity(catalog: Catalog, datasource: str | None, memory_ids: set[str]):  # -> Callable[[str], bool]
+    """Which tags count in a scope: existing entities (hidden included) rooted at the datasource,
+    and refs to memories that are themselves in scope."""
+    entities = catalog.entities
+
+    def valid(tag: str) -> bool:
+        if is_memory_ref(tag):
+            return memory_id_of(tag) in memory_ids
+        return tag in entities and (datasource is None or rooted_at(tag, datasource))
+    return valid
+
+
+def _dedup(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _resolve_inputs(catalog: Catalog, params: SearchParams) -> tuple[list[str], list[str]]:
+    from slayer_lsp.analysis.query_refs import extract_entities_from_query
+    from slayer_lsp.analysis.resolver import EntityResolutionError, resolve_entity
+
+    canonical: list[str] = []
+    warnings: list[str] = []
+    for raw in params.entities or []:
+        try:
+            res = resolve_entity(raw, catalog)
+        except EntityResolutionError as exc:
+            warnings.append(f"entity {raw!r} dropped: {exc}")
+            continue
+        canonical.append(res.canonical)
+        warnings.extend(res.warnings)
+    if params.query is not None:
+        try:
+            refs = extract_entities_from_query(params.query, catalog)
+        except EntityResolutionError as exc:
+            warnings.append(f"query input dropped: {exc}")
+        else:
+            canonical.extend(refs.canonicals)
+            warnings.extend(refs.warnings)
+    return _dedup(canonical), _dedup(warnings)
+
+
+def stale_query_warning(catalog: Catalog, mem: d.Memory) -> str | None:
+    """SLayer's warning for an example query whose references no longer resolve."""
+    from slayer_lsp.analysis.query_refs import extract_entities_from_query
+    from slayer_lsp.analysis.resolver import EntityResolutionError
+
+    if mem.query is None:
+        return None
+    try:
+        extract_entities_from_query(mem.query, catalog)
+    except EntityResolutionError as exc:
+        return (f"example_query memory:{mem.id}: attached query has stale references ({exc}); "
+                "re-save to clean.")
+    return None
+
+
+def _memory_hit(mem: d.Memory, score: float, inputs: list[str], valid, compact: bool) -> SearchHit:  # noqa: ANN001
+    live = [t for t in mem.entities if valid(t)]
+    live.append(memory_ref(mem.id))
+    matched = sorted(set(inputs) & set(live)) if inputs else []
+    if compact:
+        return SearchHit(kind="memory", id=mem.id, score=score, text="",
+                         description=render.compact_description(mem), matched_entities=matched, query=mem.query)
+    return SearchHit(kind="memory", id=mem.id, score=score, text=render.memory_text(mem),
+                     description=mem.description, matched_entities=matched, query=mem.query)
+
+
+def _fuse(rankings: list[list[str]]) -> list[tuple[str, float]]:
+    """Reciprocal Rank Fusion (k = 60), stable: ties keep first-insertion order."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking, start=1):
+            fused[key] = fused.get(key, 0.0) + 1.0 / (RRF_K + rank)
+    return sorted(fused.items(), key=lambda kv: -kv[1])
+
+
+def _text_ranking(index: FullTextIndex, query, *, memories: bool, allow, order: dict[str, int],  # noqa: ANN001
+                  exact: list[str]) -> list[str]:
+    limit = min(index.kind_counts["memory" if memories else "entity"], TEXT_DEPTH)
+    hits = index.search(query, memories=memories, limit=limit, allow=allow) if query is not None else []
+    big = len(order)
+    hits.sort(key=lambda h: (-h.score, order.get(h.canonical, big)))
+    ranked = [h.canonical for h in hits]
+    lead = [c for c in exact if (c.startswith("memory:") == memories) and (allow is None or c in allow)]
+    if not lead:
+        return ranked
+    return lead + [c for c in ranked if c not in lead]
+
+
+# --------------------------------------------------------------------------- the search
+
+
+def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> SearchResponse:
+    if params.max_results < 1:
+        raise SearchError(f"max_results must be >= 1; got {params.max_results}.")
+    warnings: list[str] = []
+    max_results = params.max_results
+    if max_results > MAX_RESULTS_CAP:
+        warnings.append(f"max_results {max_results} is above the cap; returning at most {MAX_RESULTS_CAP}.")
+        max_results = MAX_RESULTS_CAP
+    ds = params.datasource
+    if ds is not None and ds not in catalog.datasources:
+        raise SearchError(f"datasource {ds!r} not found; known: {sorted(catalog.datasources)}.")
+    question = params.question
+    if question is not None and len(question) > MAX_QUESTION_CHARS:
+        warnings.append(f"question cut to its first {MAX_QUESTION_CHARS} characters.")
+        question = question[:MAX_QUESTION_CHARS]
+
+    inputs, resolve_warnings = _resolve_inputs(catalog, params)
+    warnings.extend(resolve_warnings)
+    channel1 = bool(params.entities) or params.query is not None
+    has_question = bool(question and question.strip())
+
+    candidate_ids, kind_filter = _apply_cypher(catalog, indexes, params.cypher_filter, warnings)
+    if candidate_ids is not None and not candidate_ids:
+        warnings.append("cypher_filter returned no matching nodes; search returned no results.")
+        return SearchResponse(results=[], resolved_input_entities=inputs, warnings=_dedup(warnings))
+    if kind_filter is not None and "memory" not in kind_filter:
+        warnings.extend(f"{c} excluded by cypher_filter kind filter (allowed kinds: {sorted(kind_filter)!r})."
+                        for c in inputs if is_memory_ref(c))
+
+    if not channel1 and not has_question:
+        return _recency(catalog, ds, candidate_ids, kind_filter, max_results, warnings, params.compact)
+
+    scoped = _scoped_memories(catalog, ds)
+    scoped_ids = {m.id for m in scoped}
+    if ds is not None:
+        warnings.extend(f"{c} is not rooted at datasource {ds!r}; dropped." for c in inputs
+                        if is_memory_ref(c) and memory_id_of(c) not in scoped_ids)
+    if candidate_ids is not None:
+        scoped = [m for m in scoped if memory_ref(m.id) in candidate_ids]
+        scoped_ids = {m.id for m in scoped}
+        warnings.extend(f"{c!r} excluded by cypher_filter." for c in inputs
+                        if is_memory_ref(c) and c not in candidate_ids)
+    valid = _validity(catalog, ds, scoped_ids)
+
+    named, named_warnings = _named_ranking(catalog, inputs, ds, candidate_ids)
+    warnings.extend(named_warnings)
+
+    memory_rankings: list[list[str]] = []
+    entity_rankings: list[list[str]] = [named]
+    if inputs:  # channel 1: tags
+        corpus = (indexes.tag_corpus(catalog, ds) if candidate_ids is None
+                  else TagCorpus.build(scoped, valid))
+        ranked = [mid for mid, _ in corpus.rank(inputs)]
+        named_mems = [memory_id_of(c) for c in inputs if is_memory_ref(c) and memory_id_of(c) in scoped_ids]
+        lead = [m for m in named_mems if m in ranked]  # a named memory leads its own ranking
+        memory_rankings.append(lead + [m for m in ranked if m not in lead])
+    if has_question:  # channel 2: full text
+        assert question is not None
+        index = indexes.fulltext_for(catalog, ds)
+        order = indexes.order(catalog)
+        query = index.parse(question)
+        exact = index.exact_ids(question)
+        mem_allow = frozenset(memory_ref(m) for m in scoped_ids) if candidate_ids is not None else None
+        mems = _text_ranking(index, query, memories=True, allow=mem_allow, order=order, exact=exact)
+        memory_rankings.append([memory_id_of(c) for c in mems])
+        ent_allow = _entity_allow(candidate_ids, kind_filter)
+        entity_rankings.append(_text_ranking(index, query, memories=False, allow=ent_allow, order=order,
+                                             exact=exact))
+
+    rankings = [[memory_ref(m) for m in r] for r in memory_rankings if r] + [r for r in entity_rankings if r]
+    results: list[SearchHit] = []
+    for key, score in _fuse(rankings):
+        hit = _hit(catalog, indexes, key, score, inputs, valid, candidate_ids, kind_filter, params.compact)
+        if hit is not None:
+            results.append(hit)
+            if len(results) >= max_results:
+                break
+
+    warned: set[str] = set()
+    for hit in results:
+        if hit.kind == "memory" and hit.query is not None:
+            mem = catalog.memory(hit.id)
+            if mem is not None and (w := stale_query_warning(catalog, mem)):
+                warnings.append(w)
+            warned.add(hit.id)
+    for c in inputs:
+        if is_memory_ref(c) and memory_id_of(c) in scoped_ids and memory_id_of(c) not in warned:
+            mem = catalog.memory(memory_id_of(c))
+            if mem is not None and (w := stale_query_warning(catalog, mem)):
+                warnings.append(w)
+    return SearchResponse(results=results, resolved_input_entities=inputs, warnings=_dedup(warnings))
+
+
+_LABEL_KINDS = {"memory": "memory", "datasource": "datasource", "model": "model", "column": "column",
+                "measure": "measure", "aggregation": "aggregation"}
+
+
+def _entity_allow(candidate_ids: frozenset[str] | None, kind_filter: set[str] | None) -> frozenset[str] | None:
+    if candidate_ids is None:
+        return None
+    return frozenset(c for c in candidate_ids if not is_memory_ref(c))
+
+
+def _apply_cypher(catalog: Catalog, indexes: SearchIndexes, cypher: str | None,
+                  warnings: list[str]) -> tuple[frozenset[str] | None, set[str] | None]:
+    """Run the cypher filter: an id allowlist from the graph, or (graph unavailable) a kind filter
+    from the naive label form."""
+    if cypher is None:
+        return None, None
+    from slayer_lsp.search.graph import CypherFilterError, parse_label_filter
+
+    if indexes.graph_enabled:
+        try:
+            graph = indexes.graph(catalog)
+        except ImportError as exc:
+            log.warning("LadybugDB unavailable, using the label-only cypher fallback: %s", exc)
+        else:
+            try:
+                return frozenset(graph.run(cypher)), None
+            except CypherFilterError as exc:
+                raise SearchError(f"cypher_filter rejected: {exc}") from exc
+    kinds = parse_label_filter(cypher)
+    if kinds is None:
+        raise SearchError("cypher_filter is too complex for the label-only fallback "
+                          "(MATCH (v:Label[:Label]) RETURN v.id AS id); the graph is unavailable.")
+    return None, set(kinds)
+
+
+def _named_ranking(catalog: Catalog, inputs: list[str], ds: str | None,
+                   candidate_ids: frozenset[str] | None) -> tuple[list[str], list[str]]:
+    """Each named entity surfaces as itself (channel 1's entity side), unless a filter drops it."""
+    ranking: list[str] = []
+    warnings: list[str] = []
+    for c in inputs:
+        if is_memory_ref(c):
+            continue
+        if candidate_ids is not None and c not in candidate_ids:
+            warnings.append(f"entity {c!r} excluded by cypher_filter.")
+            continue
+        if ds is not None and not rooted_at(c, ds):
+            warnings.append(f"entity {c!r} is not rooted at datasource {ds!r}; dropped from entities bucket.")
+            continue
+        ent = catalog.get(c)
+        if ent is None:
+            warnings.append(f"entity {c!r} resolved but is no longer present in storage; "
+                            "dropped from entities bucket.")
+            continue
+        if ent.hidden:
+            where = "model" if ent.model is not None and ent.model.hidden else "column"
+            warnings.append(f"entity {c!r} is on a hidden {where}; dropped from entities bucket.")
+            continue
+        ranking.append(c)
+    return ranking, warnings
+
+
+def _hit(catalog: Catalog, indexes: SearchIndexes, key: str, score: float, inputs: list[str], valid,  # noqa: ANN001
+         candidate_ids: frozenset[str] | None, kind_filter: set[str] | None, compact: bool) -> SearchHit | None:
+    if candidate_ids is not None and key not in candidate_ids:
+        return None
+    if is_memory_ref(key):
+        if kind_filter is not None and "memory" not in kind_filter:
+            return None
+        mem = catalog.memory(memory_id_of(key))
+        return _memory_hit(mem, score, inputs, valid, compact) if mem is not None else None
+    doc = indexes.docs.get(key)
+    if doc is None:
+        return None
+    if kind_filter is not None and doc.kind not in kind_filter:
+        return None
+    return SearchHit(kind=doc.kind, id=key, score=score, text="" if compact else doc.text,
+                     description=doc.description)
+
+
+def _recency(catalog: Catalog, ds: str | None, candidate_ids: frozenset[str] | None,
+             kind_filter: set[str] | None, max_results: int, warnings: list[str],
+             compact: bool) -> SearchResponse:
+    """No entities, query or question: the newest memories, scoped like a search."""
+    warnings.append("no entities, query, or question supplied; returning newest memories by recency.")
+    mems = _scoped_memories(catalog, ds)
+    had_any = bool(mems)
+    if candidate_ids is not None:
+        mems = [m for m in mems if memory_ref(m.id) in candidate_ids]
+    if kind_filter is not None and "memory" not in kind_filter:
+        mems = []
+    if had_any and not mems and (candidate_ids is not None or kind_filter is not None):
+        warnings.append("cypher_filter excluded all memory candidates for the empty-input recency "
+                        "fallback; no results.")
+    mems.sort(key=lambda m: m.created_at, reverse=True)
+    valid = _validity(catalog, ds, {m.id for m in mems})
+    hits = [_memory_hit(m, 0.0, [], valid, compact) for m in mems[:max_results]]
+    for h in hits:
+        if h.query is not None and (w := stale_query_warning(catalog, catalog.memory(h.id))):  # type: ignore[arg-type]
+            warnings.append(w)
+    return SearchResponse(results=hits, resolved_input_entities=[], warnings=_dedup(warnings))

@@ -1,0 +1,59 @@
+"""The wire shapes of search: parameters in, SLayer's ``SearchResponse`` out.
+
+These are msgspec structs because they cross the process boundary (JSON-RPC, CLI JSON); their field
+names and order follow SLayer's Pydantic models so that a client of SLayer reads ours unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+MAX_RESULTS_CAP = 1000  # a request for more is bounded, not refused
+MAX_QUESTION_CHARS = 4000  # longer questions are cut (with a warning) before they reach the index
+
+
+class SearchParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """SLayer's search surface: ``search(entities, query, question, datasource, max_results, cypher_filter,
+    compact)``."""
+
+    entities: list[str] | None = None
+    query: dict[str, Any] | None = None
+    question: str | None = None
+    datasource: str | None = None
+    max_results: int = 10
+    cypher_filter: str | None = None
+    compact: bool = True
+
+
+class SearchHit(msgspec.Struct, kw_only=True):
+    kind: str
+    id: str
+    score: float
+    text: str = ""
+    description: str | None = None
+    matched_entities: list[str] = []
+    query: dict[str, Any] | None = None
+
+
+class SearchResponse(msgspec.Struct, kw_only=True):
+    results: list[SearchHit] = []
+    resolved_input_entities: list[str] = []
+    warnings: list[str] = []
+
+
+class SearchError(ValueError):
+    """A request SLayer would refuse (unknown datasource, max_results < 1, a bad cypher_filter)."""
+
+
+def parse_params(raw: Any) -> SearchParams:
+    """Decode untrusted params (a dict from JSON-RPC or the CLI); raises ``SearchError`` with the reason."""
+    try:
+        return msgspec.convert(raw, SearchParams)
+    except msgspec.ValidationError as exc:
+        raise SearchError(f"invalid search parameters: {exc}") from exc
+
+
+def to_builtins(response: SearchResponse) -> dict[str, Any]:
+    return msgspec.to_builtins(response)
