@@ -41,13 +41,15 @@ class RefreshStats:
 
 class Engine:
     def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None, *,
-                 graph: bool = True):
+                 graph: bool = True, compact_after_s: float | None = None):
         self.location = storage if isinstance(storage, StoreLocation) else locate(storage)
         self._reader = StoreReader(self.location)
         self._lock = threading.RLock()
         self._graph_enabled = graph
         self.stats = RefreshStats()
         self._state: State | None = None
+        self._compact_after_s = compact_after_s  # None: only on explicit compact() calls
+        self._compact_timer: threading.Timer | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -89,7 +91,31 @@ class Engine:
             self.stats.timings = {"read_s": t1 - t0, "index_s": t2 - t1}
             if catalog.fatal:
                 log.warning("store unreadable, serving the last good snapshot: %s", catalog.fatal)
+            self._schedule_compaction()
             return delta
+
+    def compact(self) -> bool:
+        """Rebuild the full-text indexes so their statistics match a fresh build; requests keep
+        being answered from the current state meanwhile. Returns True when a rebuild was swapped in."""
+        with self._lock:
+            state = self._state
+        if state is None or not state.search.needs_compaction:  # type: ignore[attr-defined]
+            return False
+        fresh = state.search.rebuilt(state.catalog)  # type: ignore[attr-defined]
+        with self._lock:
+            if self._state is not state:  # a newer refresh won; it schedules its own compaction
+                return False
+            self._state = State(state.catalog, fresh)
+            return True
+
+    def _schedule_compaction(self) -> None:
+        if self._compact_after_s is None or not self._state.search.needs_compaction:  # type: ignore[union-attr]
+            return
+        if self._compact_timer is not None:
+            self._compact_timer.cancel()
+        self._compact_timer = threading.Timer(self._compact_after_s, self.compact)
+        self._compact_timer.daemon = True
+        self._compact_timer.start()
 
     # ------------------------------------------------------------------ queries
 

@@ -53,6 +53,7 @@ class FullTextIndex:
         self._members: dict[str, str] = {}  # canonical -> "memory" | "entity"
         self._keys: dict[str, int] = {}  # canonical -> u64 fast-field key (hits map back without doc fetches)
         self._names: list[str] = []
+        self.deletions = 0  # deleted documents still weigh in tantivy's statistics until a rebuild
         self.upsert(docs)
 
     def __contains__(self, canonical: str) -> bool:
@@ -98,6 +99,7 @@ class FullTextIndex:
         if group is None:
             return False
         self.kind_counts[group] -= 1
+        self.deletions += 1
         self._writer.delete_documents_by_term("id", canonical)
         return True
 

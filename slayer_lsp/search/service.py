@@ -112,6 +112,21 @@ class SearchIndexes:
                     graph = None
             return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, graph)
 
+    @property
+    def needs_compaction(self) -> bool:
+        """Replaced or deleted documents linger in tantivy's BM25 statistics, so scores drift a
+        little from a fresh build until the index is rebuilt."""
+        return any(ix.deletions for ix in (self.fulltext, *self.by_datasource.values()))
+
+    def rebuilt(self, catalog: Catalog) -> SearchIndexes:
+        """Fresh full-text indexes over the same documents (run off the request path)."""
+        with self._lock:
+            docs = dict(self.docs)
+            scopes = list(self.by_datasource)
+        by_ds = {ds: FullTextIndex(doc for cid, doc in docs.items() if ds in _doc_scopes(catalog, cid))
+                 for ds in scopes if ds in catalog.datasources}
+        return SearchIndexes(docs, FullTextIndex(docs.values()), by_ds, self.graph_enabled, self._graph)
+
     def fulltext_for(self, catalog: Catalog, datasource: str | None) -> FullTextIndex:
         if datasource is None:
             return self.fulltext

@@ -11,7 +11,6 @@ rows), so a rescan after a change re-parses only what changed.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import os
 import sqlite3
@@ -24,6 +23,7 @@ import msgspec
 import yaml
 
 from slayer_lsp.store import documents as d
+from slayer_lsp.store import fastyaml
 from slayer_lsp.store.locate import StoreLocation, locate
 
 try:  # PyYAML's C loader is ~8x faster; fall back only where libyaml is missing.
@@ -89,21 +89,6 @@ class StoreRead:
 # --------------------------------------------------------------------------- decoding
 
 
-def _plain(value: Any) -> Any:
-    """YAML 1.1 turns unquoted timestamps into datetime objects; the documents store strings."""
-    if isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            return value.isoformat() + "Z"
-        return value.isoformat()
-    if isinstance(value, _dt.date):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
 def _version_issue(source: Source, kind: str, version: int) -> tuple[LoadIssue, ...]:
     note = d.check_version(kind, version)
     return (LoadIssue(source, note),) if note else ()
@@ -144,10 +129,10 @@ def split_front_matter(text: str) -> tuple[dict[str, Any] | None, str]:
     if end < 0:
         if text.endswith("\n---"):
             end = len(text) - 4
-            front = yaml.load(text[4:end], Loader=_Loader)
+            front = fastyaml.load(text[4:end])
             return (front if isinstance(front, dict) else {}), ""
         return None, text
-    front = yaml.load(text[4:end], Loader=_Loader)
+    front = fastyaml.load(text[4:end])
     return (front if isinstance(front, dict) else {}), text[end + 5:]
 
 
@@ -230,7 +215,7 @@ class YamlReader:
         return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
     def _parse_datasource(self, path: str, text: str, source: Source) -> StoredDoc:
-        data = _plain(yaml.load(text, Loader=_Loader))
+        data = fastyaml.load(text)
         if not isinstance(data, dict):
             raise ValueError("expected a mapping at the top level")
         data.setdefault("name", Path(path).stem)
@@ -239,7 +224,7 @@ class YamlReader:
         return StoredDoc(DocKey("datasource", ds.name), ds, source, self._digest(text), issues)
 
     def _parse_model(self, path: str, text: str, source: Source) -> StoredDoc:
-        data = _plain(yaml.load(text, Loader=_Loader))
+        data = fastyaml.load(text)
         if not isinstance(data, dict):
             raise ValueError("expected a mapping at the top level")
         p = Path(path)
@@ -261,7 +246,6 @@ class YamlReader:
         if front is None:
             front = {}
             issues = (LoadIssue(source, "memory file has no YAML front matter; read as learning only"),)
-        front = _plain(front)
         front["id"] = Path(path).stem
         front["learning"] = body
         mem = msgspec.convert(front, d.Memory, strict=False)
@@ -269,7 +253,7 @@ class YamlReader:
         return StoredDoc(DocKey("memory", mem.id), mem, source, self._digest(text), issues)
 
     def _parse_priority(self, path: str, text: str, source: Source) -> StoredDoc:
-        data = yaml.load(text, Loader=_Loader) or {}
+        data = fastyaml.load(text) or {}
         items = data.get("priority", []) if isinstance(data, dict) else data
         if not isinstance(items, list):
             raise ValueError("'priority' must be a list of datasource names")

@@ -1,0 +1,28 @@
+"""Shared test fixtures: the reference stores written by real SLayer live in ../shared/fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FIXTURES = SHARED / "fixtures" / "jaffle"
+EXPECTED = FIXTURES / "expected"
+YAML_STORE = FIXTURES / "store-yaml"
+SQLITE_STORE = FIXTURES / "store.db"
+
+
+@pytest.fixture(scope="session")
+def yaml_catalog():
+    from slayer_lsp.catalog import load_catalog
+
+    return load_catalog(YAML_STORE)
+
+
+@pytest.fixture(scope="session")
+def sqlite_catalog():
+    from slayer_lsp.catalog import load_catalog
+
+    return load_catalog(SQLITE_STORE)

@@ -1,0 +1,128 @@
+"""The engine keeps its indexes warm: a change on disk shows in the next search, and an incrementally
+updated engine answers exactly like one built from scratch on the same store."""
+
+from __future__ import annotations
+
+import shutil
+
+import msgspec
+import pytest
+import yaml
+
+from slayer_lsp.engine import Engine
+from slayer_lsp.search.types import SearchError
+from tests.conftest import YAML_STORE
+
+CALLS = [
+    {"question": "monthly revenue by store"},
+    {"question": "what's the average order total?"},
+    {"question": "supply cost", "datasource": "supplies"},
+    {"question": "tax", "entities": ["jaffle.orders.status"], "compact": False},
+    {"entities": ["jaffle.stores", "jaffle.stores.city"]},
+    {"entities": ["memory:1"]},
+    {"query": {"source_model": "orders", "measures": ["sum(subtotal)"], "dimensions": ["stores.name"]}},
+    {"question": "orders", "datasource": "jaffle", "max_results": 30},
+    {},
+]
+
+
+@pytest.fixture()
+def store(tmp_path):
+    dst = tmp_path / "store"
+    shutil.copytree(YAML_STORE, dst)
+    return dst
+
+
+def _answers(engine: Engine) -> list:
+    return [msgspec.to_builtins(engine.search(c)) for c in CALLS]
+
+
+def _edit(store):
+    orders = store / "models/jaffle/orders.yaml"
+    data = yaml.safe_load(orders.read_text())
+    for col in data["columns"]:
+        if col["name"] == "discount_code":
+            col["description"] = "Voucher code (zebracorn campaign) applied at checkout."
+    data["columns"] = [c for c in data["columns"] if c["name"] != "tax_paid"]
+    orders.write_text(yaml.safe_dump(data, sort_keys=False))
+    (store / "memories/2.md").unlink()
+    (store / "memories/60.md").write_text(
+        "---\ncreated_at: '2026-12-01T00:00:00Z'\nentities:\n- supplies.supplies.cost\nversion: 4\n---\n"
+        "Zebracorn supplies are priced per crate.")
+    (store / "models/supplies/products.yaml").unlink()
+
+
+def test_change_on_disk_is_visible_after_refresh(store):
+    engine = Engine(store)
+    before = engine.search({"question": "zebracorn"})
+    assert before.results == []
+    engine.search({"question": "supply", "datasource": "supplies"})  # builds the supplies index too
+    _edit(store)
+    delta = engine.refresh()
+    assert "jaffle.orders.tax_paid" in delta.removed and "memory:60" in delta.added
+    ids = [h.id for h in engine.search({"question": "zebracorn"}).results]
+    assert ids == ["60", "jaffle.orders.discount_code"]
+    scoped = [h.id for h in engine.search({"question": "zebracorn", "datasource": "supplies"}).results]
+    assert scoped == ["60"]
+    gone = engine.search({"entities": ["jaffle.orders.tax_paid"]})
+    assert gone.resolved_input_entities == [] and "dropped" in gone.warnings[0]
+
+
+def test_incremental_equals_fresh(store):
+    engine = Engine(store)
+    _answers(engine)  # warm every lazily built index
+    _edit(store)
+    engine.refresh()
+    fresh = _answers(Engine(store))
+    incremental = _answers(engine)
+    # right after the change nothing stale is returned (scores may drift a little: deleted
+    # documents still weigh in tantivy's statistics) ...
+    removed = {"2", "jaffle.orders.tax_paid", "supplies.products"}
+    for answer in incremental:
+        for hit in answer["results"]:
+            assert not any(hit["id"] == r or hit["id"].startswith(r + ".") for r in removed), hit["id"]
+    assert [a["warnings"] for a in incremental] == [a["warnings"] for a in fresh]
+    # ... and after the background compaction, exactly a fresh build's answers
+    assert engine.compact()
+    assert _answers(engine) == fresh
+
+
+def test_unreadable_store_keeps_serving_then_recovers(store, tmp_path):
+    engine = Engine(store)
+    good = _answers(engine)
+    moved = tmp_path / "moved"
+    store.rename(moved)
+    engine.refresh()
+    assert engine.catalog.fatal and "does not exist" in engine.catalog.fatal
+    assert _answers(engine) == good  # the last good snapshot answers
+    moved.rename(store)
+    engine.refresh()
+    assert engine.catalog.fatal is None and _answers(engine) == good
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"max_results": 0, "question": "x"}, "max_results must be >= 1; got 0."),
+    ({"datasource": "warehouse", "question": "x"}, "datasource 'warehouse' not found; known: ['jaffle', 'supplies']."),
+    ({"questoin": "typo"}, "invalid search parameters"),
+    ({"entities": "jaffle.orders"}, "invalid search parameters"),
+])
+def test_bad_requests_are_clear_errors(params, message):
+    engine = Engine(YAML_STORE)
+    with pytest.raises(SearchError) as err:
+        engine.search(params)
+    assert message in str(err.value)
+
+
+def test_huge_requests_are_bounded():
+    engine = Engine(YAML_STORE)
+    resp = engine.search({"question": "revenue " * 200_000, "max_results": 10**9})
+    assert any("cut" in w for w in resp.warnings) and any("cap" in w for w in resp.warnings)
+    assert resp.results
+
+
+def test_max_results_never_reorders():
+    engine = Engine(YAML_STORE)
+    for call in CALLS:
+        full = [h.id for h in engine.search({**call, "max_results": 50}).results]
+        for n in (1, 3, 7):
+            assert [h.id for h in engine.search({**call, "max_results": n}).results] == full[:n]
