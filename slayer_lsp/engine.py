@@ -41,9 +41,10 @@ class RefreshStats:
 
 class Engine:
     def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None, *,
-                 graph: bool = True, compact_after_s: float | None = None):
+                 graph: bool = True, compact_after_s: float | None = None, use_cache: bool = True):
         self.location = storage if isinstance(storage, StoreLocation) else locate(storage)
-        self._reader = StoreReader(self.location)
+        self._reader = StoreReader(self.location, use_cache=use_cache)
+        self._use_cache = use_cache
         self._lock = threading.RLock()
         self._graph_enabled = graph
         self.stats = RefreshStats()
@@ -74,7 +75,14 @@ class Engine:
             t1 = time.perf_counter()
             if self._state is None:
                 catalog = Catalog.from_read(read)
-                indexes = SearchIndexes.build(catalog, graph=self._graph_enabled)
+                cache = None
+                if self._use_cache and read.fatal is None:
+                    from slayer_lsp.cache import StoreCache
+
+                    cache = StoreCache.for_location(self.location)
+                indexes = SearchIndexes.build(catalog, graph=self._graph_enabled, cache=cache)
+                if read.fatal is None:
+                    self._reader.save_cache()
                 delta = Delta(added=frozenset(catalog.entities))
             else:
                 catalog, delta = self._state.catalog.derive(read)
@@ -93,6 +101,15 @@ class Engine:
                 log.warning("store unreadable, serving the last good snapshot: %s", catalog.fatal)
             self._schedule_compaction()
             return delta
+
+    def close(self) -> None:
+        """Record the caches so that the next start on this store resumes from here."""
+        with self._lock:
+            if self._compact_timer is not None:
+                self._compact_timer.cancel()
+            if self._state is not None and self.catalog.fatal is None:
+                self._reader.save_cache()
+                self._state.search.save_cache()  # type: ignore[attr-defined]
 
     def compact(self) -> bool:
         """Rebuild the full-text indexes so their statistics match a fresh build; requests keep

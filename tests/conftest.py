@@ -14,6 +14,14 @@ YAML_STORE = FIXTURES / "store-yaml"
 SQLITE_STORE = FIXTURES / "store.db"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory):
+    """Never touch the user's cache: every test run gets its own."""
+    import os
+
+    os.environ["SLAYER_LSP_CACHE_DIR"] = str(tmp_path_factory.mktemp("slayer-lsp-cache"))
+
+
 @pytest.fixture(scope="session")
 def yaml_catalog():
     from slayer_lsp.catalog import load_catalog

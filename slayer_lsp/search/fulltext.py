@@ -11,14 +11,19 @@ names a document puts that document first (the ``canonical`` field is really que
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import tantivy
 
 from slayer_lsp.search.render import RenderedDoc
+
+log = logging.getLogger(__name__)
 
 # Canonical-looking tokens in a question: dotted identifiers and memory refs.
 _CANONICAL_TOKEN = re.compile(r"memory:[^\s,;()\"'`]+|[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*){0,2}")
@@ -35,6 +40,10 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+def doc_digest(doc: RenderedDoc) -> str:
+    return hashlib.blake2b(f"{doc.kind}\n{doc.text}".encode(), digest_size=12).hexdigest()
+
+
 @dataclass(frozen=True, slots=True)
 class TextHit:
     canonical: str
@@ -44,17 +53,57 @@ class TextHit:
 class FullTextIndex:
     """A warm tantivy index over one corpus of rendered documents."""
 
-    def __init__(self, docs: Iterable[RenderedDoc] = ()):
+    def __init__(self, docs: Iterable[RenderedDoc] = (), *, path: Path | None = None,
+                 _state: tuple[list[str], dict[str, tuple[str, int, str]]] | None = None):
+        """An index over ``docs``, in RAM or (``path``) in a directory that a later start reopens."""
         self._schema = _schema()
-        self._index = tantivy.Index(self._schema)
+        self.path = path
+        if path is None:
+            self._index = tantivy.Index(self._schema)
+        else:
+            self._index = tantivy.Index(self._schema, path=str(path), reuse=_state is not None)
         self._writer = self._index.writer(heap_size=64_000_000, num_threads=1)
+        self._opstamp = self._writer.commit_opstamp  # the writer reports only the opstamp it opened at
         self._lock = threading.Lock()
         self.kind_counts: dict[str, int] = {"memory": 0, "entity": 0}
         self._members: dict[str, str] = {}  # canonical -> "memory" | "entity"
         self._keys: dict[str, int] = {}  # canonical -> u64 fast-field key (hits map back without doc fetches)
         self._names: list[str] = []
+        self._digests: dict[str, str] = {}  # canonical -> digest of the indexed text
         self.deletions = 0  # deleted documents still weigh in tantivy's statistics until a rebuild
+        if _state is not None:
+            self._names = list(_state[0])
+            self._keys = {n: i for i, n in enumerate(self._names)}
+            for cid, (group, _key, digest) in _state[1].items():
+                self._members[cid] = group
+                self._digests[cid] = digest
+                self.kind_counts[group] += 1
+            self._index.reload()
         self.upsert(docs)
+
+    @classmethod
+    def reopen(cls, path: Path, names: list[str], members: dict[str, tuple[str, int, str]],
+               opstamp: int) -> FullTextIndex | None:
+        """Reopen a cached index when it is exactly the one its manifest describes; else None."""
+        try:
+            index = cls(path=path, _state=(names, members))
+        except (ValueError, OSError) as exc:  # locked by another process, or damaged
+            log.info("cached full-text index at %s not reusable: %s", path, exc)
+            return None
+        if index._opstamp != opstamp or index._index.searcher().num_docs != len(members):
+            log.info("cached full-text index at %s does not match its manifest; rebuilding", path)
+            return None
+        return index
+
+    def sync(self, docs: dict[str, RenderedDoc]) -> None:
+        """Make the index hold exactly ``docs``, touching only documents whose text changed."""
+        self.delete([c for c in self._members if c not in docs])
+        self.upsert(doc for cid, doc in docs.items() if self._digests.get(cid) != doc_digest(doc))
+
+    def manifest(self) -> tuple[int, list[str], dict[str, tuple[str, int, str]]]:
+        with self._lock:
+            return (self._opstamp, list(self._names),
+                    {c: (g, self._keys[c], self._digests[c]) for c, g in self._members.items()})
 
     def __contains__(self, canonical: str) -> bool:
         return canonical in self._members
@@ -77,6 +126,7 @@ class FullTextIndex:
                 self._writer.add_document(tdoc)
                 group = "memory" if doc.kind == "memory" else "entity"
                 self._members[doc.canonical] = group
+                self._digests[doc.canonical] = doc_digest(doc)
                 self.kind_counts[group] += 1
                 changed = True
             if changed:
@@ -98,13 +148,14 @@ class FullTextIndex:
         group = self._members.pop(canonical, None)
         if group is None:
             return False
+        self._digests.pop(canonical, None)
         self.kind_counts[group] -= 1
         self.deletions += 1
         self._writer.delete_documents_by_term("id", canonical)
         return True
 
     def _commit_locked(self) -> None:
-        self._writer.commit()
+        self._opstamp = self._writer.commit()
         self._index.reload()
 
     # ------------------------------------------------------------------ queries

@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from slayer_lsp.catalog import Catalog, Delta
@@ -64,17 +65,30 @@ class SearchIndexes:
     by_datasource: dict[str, FullTextIndex]  # built on first use, then kept up to date
     graph_enabled: bool = True
     _graph: Any = None
+    cache: Any = None  # slayer_lsp.cache.StoreCache, or None
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _cache: dict[Any, Any] = field(default_factory=dict)  # per-snapshot derived values
 
     @classmethod
-    def build(cls, catalog: Catalog, *, graph: bool = True) -> SearchIndexes:
+    def build(cls, catalog: Catalog, *, graph: bool = True, cache: Any = None) -> SearchIndexes:
         docs: dict[str, render.RenderedDoc] = {}
         for cid in render.visible_doc_ids(catalog):
             doc = render.render_entity(catalog, cid)
             if doc is not None:
                 docs[cid] = doc
-        return cls(docs, FullTextIndex(docs.values()), {}, graph)
+        fulltext = None
+        if cache is not None:
+            manifest = cache.load_text_manifest()
+            if manifest is not None:
+                fulltext = FullTextIndex.reopen(Path(manifest.directory), manifest.names, manifest.members,
+                                                manifest.opstamp)
+            if fulltext is not None:
+                fulltext.sync(docs)  # only documents whose text changed since the last run
+            else:
+                fulltext = _persistent_index(cache, docs)
+            if fulltext is not None:
+                _save_manifest(cache, fulltext)
+        return cls(docs, fulltext or FullTextIndex(docs.values()), {}, graph, cache=cache)
 
     def apply(self, catalog: Catalog, delta: Delta) -> SearchIndexes:
         with self._lock:
@@ -110,7 +124,8 @@ class SearchIndexes:
                 except Exception as exc:  # a broken graph is rebuilt on next use, never fatal
                     log.warning("graph update failed, will rebuild: %s", exc)
                     graph = None
-            return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, graph)
+            return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, graph,
+                                 cache=self.cache)
 
     @property
     def needs_compaction(self) -> bool:
@@ -125,7 +140,16 @@ class SearchIndexes:
             scopes = list(self.by_datasource)
         by_ds = {ds: FullTextIndex(doc for cid, doc in docs.items() if ds in _doc_scopes(catalog, cid))
                  for ds in scopes if ds in catalog.datasources}
-        return SearchIndexes(docs, FullTextIndex(docs.values()), by_ds, self.graph_enabled, self._graph)
+        fulltext = _persistent_index(self.cache, docs) if self.cache is not None else None
+        if fulltext is not None:
+            _save_manifest(self.cache, fulltext)
+        return SearchIndexes(docs, fulltext or FullTextIndex(docs.values()), by_ds, self.graph_enabled,
+                             self._graph, cache=self.cache)
+
+    def save_cache(self) -> None:
+        """Record the live index's state so the next start reopens it (after incremental updates)."""
+        if self.cache is not None and self.fulltext.path is not None:
+            _save_manifest(self.cache, self.fulltext)
 
     def fulltext_for(self, catalog: Catalog, datasource: str | None) -> FullTextIndex:
         if datasource is None:
@@ -164,6 +188,25 @@ class SearchIndexes:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _persistent_index(cache: Any, docs: dict[str, render.RenderedDoc]) -> FullTextIndex | None:
+    path = cache.new_text_dir()
+    if path is None:
+        return None
+    try:
+        return FullTextIndex(docs.values(), path=path)
+    except (ValueError, OSError) as exc:
+        log.warning("cannot build the cached full-text index in %s: %s", path, exc)
+        return None
+
+
+def _save_manifest(cache: Any, index: FullTextIndex) -> None:
+    from slayer_lsp.cache import TextManifest
+
+    opstamp, names, members = index.manifest()
+    cache.save_text_manifest(TextManifest(0, "", str(index.path), opstamp, names, members))
+    cache.collect_garbage(keep=index.path)
 
 
 def _scoped_memories(catalog: Catalog, datasource: str | None) -> list[d.Memory]:

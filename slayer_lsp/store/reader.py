@@ -171,6 +171,37 @@ class YamlReader:
             del self._cache[stale]
         return out
 
+    # ------------------------------------------------------------------ parse cache (see cache.py)
+
+    def export_parsed(self) -> list[Any]:
+        """The parsed documents with the stat key of their file, for the on-disk cache."""
+        from slayer_lsp.cache import CachedDoc
+
+        out = []
+        for path, (stat, doc, _issues) in self._cache.items():
+            if doc is None:
+                continue
+            v = doc.value
+            out.append(CachedDoc(
+                path, stat, doc.key.kind, doc.key.name, doc.digest,
+                model=v if isinstance(v, d.Model) else None,
+                datasource=v if isinstance(v, d.Datasource) else None,
+                memory=v if isinstance(v, d.Memory) else None,
+                priority=list(v) if isinstance(v, tuple) else None,
+                issues=[(i.message, i.severity) for i in doc.issues]))
+        return out
+
+    def import_parsed(self, entries: list[Any]) -> None:
+        """Seed the stat-key cache; a file whose stat key still matches is not parsed again."""
+        for e in entries:
+            value = e.model or e.datasource or e.memory or (tuple(e.priority) if e.priority is not None else None)
+            if value is None:
+                continue
+            source = Source(e.path)
+            issues = tuple(LoadIssue(source, msg, sev) for msg, sev in e.issues)
+            doc = StoredDoc(DocKey(e.kind, e.name), value, source, e.digest, issues)
+            self._cache[e.path] = (tuple(e.stat), doc, issues)
+
     def _listing(self) -> Iterable[tuple[str, Any]]:
         root = self.root
         yield from ((p, self._parse_datasource) for p in _files(root / "datasources", (".yaml", ".yml")))
@@ -384,11 +415,24 @@ class SqliteReader:
 
 
 class StoreReader:
-    """The reader for one store location, reusing parses across reads."""
+    """The reader for one store location, reusing parses across reads (and, for YAML stores, across
+    processes through the on-disk cache when ``use_cache`` is set)."""
 
-    def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None):
+    def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None, *,
+                 use_cache: bool = False):
         self.location = storage if isinstance(storage, StoreLocation) else locate(storage)
         self._impl = YamlReader(self.location) if self.location.backend == "yaml" else SqliteReader(self.location)
+        self._cache = None
+        if use_cache and isinstance(self._impl, YamlReader):
+            from slayer_lsp.cache import StoreCache
+
+            self._cache = StoreCache.for_location(self.location)
+            if self._cache is not None:
+                self._impl.import_parsed(self._cache.load_docs())
+
+    def save_cache(self) -> None:
+        if self._cache is not None and isinstance(self._impl, YamlReader):
+            self._cache.save_docs(self._impl.export_parsed())
 
     def read(self) -> StoreRead:
         try:

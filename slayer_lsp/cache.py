@@ -1,0 +1,179 @@
+"""The on-disk cache that makes a second start on an unchanged store fast.
+
+Two things are cached per store (keyed by the store's backend and resolved path), under
+``$SLAYER_LSP_CACHE_DIR`` or ``$XDG_CACHE_HOME/slayer-lsp`` (``SLAYER_LSP_CACHE=off`` disables it):
+
+* ``docs.msgpack`` — the YAML reader's parsed documents with the stat key of the file each came from;
+  a file whose stat key is unchanged is not parsed again.
+* ``fulltext-*/`` + ``fulltext.msgpack`` — the tantivy index and a manifest (the commit opstamp and a
+  digest per document); at start the index is reopened and only documents whose rendered text changed
+  are re-indexed.
+
+The cache is never trusted blindly: each file carries a format version and the store's identity,
+the manifest must name the index's current commit, and anything that fails to decode or disagrees
+is discarded and rebuilt. Writes go to a temporary file replaced atomically, so a crash leaves the
+old cache or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from slayer_lsp.store import documents as d
+from slayer_lsp.store.locate import StoreLocation
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+
+
+def cache_dir(location: StoreLocation) -> Path | None:
+    if os.environ.get("SLAYER_LSP_CACHE", "").lower() in ("off", "0", "false", "no"):
+        return None
+    base = os.environ.get("SLAYER_LSP_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "slayer-lsp")
+    ident = f"{location.backend}:{location.path.resolve()}"
+    key = hashlib.blake2b(ident.encode(), digest_size=8).hexdigest()
+    return Path(base) / f"{location.path.name or 'store'}-{key}"
+
+
+# --------------------------------------------------------------------------- parsed documents
+
+
+class CachedDoc(msgspec.Struct, array_like=True):
+    path: str
+    stat: tuple[int, int, int, int]
+    kind: str
+    name: str
+    digest: str
+    model: d.Model | None = None
+    datasource: d.Datasource | None = None
+    memory: d.Memory | None = None
+    priority: list[str] | None = None
+    issues: list[tuple[str, str]] = []
+
+
+class DocCacheFile(msgspec.Struct):
+    format: int
+    store: str
+    docs: list[CachedDoc]
+
+
+class TextManifest(msgspec.Struct):
+    format: int
+    store: str
+    directory: str
+    opstamp: int
+    names: list[str]  # fast-field key -> canonical
+    members: dict[str, tuple[str, int, str]]  # canonical -> (group, key, digest)
+
+
+class StoreCache:
+    def __init__(self, location: StoreLocation, root: Path):
+        self.location = location
+        self.root = root
+        self.ident = f"{location.backend}:{location.path.resolve()}"
+
+    @classmethod
+    def for_location(cls, location: StoreLocation) -> StoreCache | None:
+        root = cache_dir(location)
+        return cls(location, root) if root is not None else None
+
+    # -------------------------------------------------------------- io helpers
+
+    def _read(self, name: str, typ: type):  # noqa: ANN205
+        path = self.root / name
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        try:
+            value = msgspec.msgpack.decode(data, type=typ)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("discarding a broken cache file %s: %s", path, exc)
+            return None
+        if value.format != FORMAT or value.store != self.ident:
+            return None
+        return value
+
+    def _write(self, name: str, value: object) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.root)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(msgspec.msgpack.encode(value))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.root / name)
+        except OSError as exc:  # a full disk or a read-only home: run without a cache
+            log.warning("cannot write cache %s: %s", self.root / name, exc)
+            try:
+                os.unlink(tmp)  # type: ignore[possibly-undefined]
+            except (OSError, UnboundLocalError):
+                pass
+
+    # -------------------------------------------------------------- parsed documents
+
+    def load_docs(self) -> list[CachedDoc]:
+        value = self._read("docs.msgpack", DocCacheFile)
+        return value.docs if value is not None else []
+
+    def save_docs(self, docs: list[CachedDoc]) -> None:
+        self._write("docs.msgpack", DocCacheFile(FORMAT, self.ident, docs))
+
+    # -------------------------------------------------------------- full-text index
+
+    def load_text_manifest(self) -> TextManifest | None:
+        return self._read("fulltext.msgpack", TextManifest)
+
+    def save_text_manifest(self, manifest: TextManifest) -> None:
+        manifest.format, manifest.store = FORMAT, self.ident
+        self._write("fulltext.msgpack", manifest)
+
+    def new_text_dir(self) -> Path | None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix="fulltext-", dir=self.root))
+        except OSError as exc:
+            log.warning("cannot create a cache directory under %s: %s", self.root, exc)
+            return None
+
+    def collect_garbage(self, keep: Path | None) -> None:
+        """Remove index directories no manifest names (failed builds, older generations)."""
+        try:
+            entries = list(self.root.glob("fulltext-*"))
+        except OSError:
+            return
+        for entry in entries:
+            if entry.is_dir() and (keep is None or entry.resolve() != keep.resolve()):
+                if (entry / ".tantivy-writer.lock").exists() and _locked(entry):
+                    continue  # another process's live index
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def _locked(directory: Path) -> bool:
+    """True when another process holds the tantivy writer lock of this directory."""
+    import fcntl
+
+    try:
+        fd = os.open(directory / ".tantivy-writer.lock", os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

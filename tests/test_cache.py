@@ -1,0 +1,98 @@
+"""The on-disk cache: a second start reuses parsed documents and the full-text index, and a broken,
+stale or foreign cache is detected and rebuilt, never trusted."""
+
+from __future__ import annotations
+
+import shutil
+
+import msgspec
+import pytest
+
+from slayer_lsp.cache import StoreCache
+from slayer_lsp.engine import Engine
+from slayer_lsp.store import fastyaml
+from tests.conftest import YAML_STORE
+
+CALLS = [{"question": "monthly revenue by store"}, {"question": "supply cost", "datasource": "supplies"},
+         {"entities": ["jaffle.orders.status"], "question": "tax"}]
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLAYER_LSP_CACHE_DIR", str(tmp_path / "cache"))
+    dst = tmp_path / "store"
+    shutil.copytree(YAML_STORE, dst)
+    return dst
+
+
+def _answers(engine):
+    return [msgspec.to_builtins(engine.search(c)) for c in CALLS]
+
+
+def _count_parses(monkeypatch):
+    calls = []
+    real = fastyaml.load
+    monkeypatch.setattr(fastyaml, "load", lambda text: calls.append(1) or real(text))
+    return calls
+
+
+def test_second_start_parses_nothing_and_answers_the_same(store, monkeypatch):
+    first = Engine(store)
+    expected = _answers(first)
+    first.close()
+    del first
+    parses = _count_parses(monkeypatch)
+    second = Engine(store)
+    assert _answers(second) == expected
+    assert parses == []  # every document came from the cache
+    manifest = StoreCache.for_location(second.location).load_text_manifest()
+    assert manifest is not None and second.state.search.fulltext.path is not None
+
+
+def test_changed_file_is_reparsed_and_reindexed(store, monkeypatch):
+    first = Engine(store)
+    first.refresh()
+    first.close()
+    mem = store / "memories/3.md"
+    mem.write_text(mem.read_text().replace("Chicago", "Zebracorn City"))
+    parses = _count_parses(monkeypatch)
+    engine = Engine(store)
+    engine.refresh()
+    assert len(parses) == 1
+    assert [h.id for h in engine.search({"question": "zebracorn"}).results] == ["3"]
+    assert _answers(engine) == _answers(Engine(store, use_cache=False))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncate", "foreign", "index"])
+def test_broken_cache_is_rebuilt(store, damage):
+    engine = Engine(store)
+    expected = _answers(engine)
+    engine.close()
+    cache = StoreCache.for_location(engine.location)
+    del engine
+    if damage == "garbage":
+        (cache.root / "docs.msgpack").write_bytes(b"\x00garbage")
+        (cache.root / "fulltext.msgpack").write_bytes(b"\xffnot msgpack")
+    elif damage == "truncate":
+        for name in ("docs.msgpack", "fulltext.msgpack"):
+            data = (cache.root / name).read_bytes()
+            (cache.root / name).write_bytes(data[: len(data) // 2])
+    elif damage == "foreign":  # a manifest written for another store must not be used
+        other = StoreCache(cache.location, cache.root)
+        other.ident = "yaml:/somewhere/else"
+        manifest = cache.load_text_manifest()
+        other.save_text_manifest(manifest)
+    else:  # the index directory disagrees with its manifest (e.g. killed mid-commit)
+        manifest = cache.load_text_manifest()
+        for f in (cache.root / manifest.directory).glob("*.idx"):
+            f.unlink()
+        shutil.rmtree(manifest.directory)
+    assert _answers(Engine(store)) == expected
+
+
+def test_cache_can_be_turned_off(store, monkeypatch, tmp_path):
+    monkeypatch.setenv("SLAYER_LSP_CACHE", "off")
+    engine = Engine(store)
+    engine.refresh()
+    engine.close()
+    assert not (tmp_path / "cache").exists()
