@@ -14,7 +14,6 @@ import pytest
 
 from slayer_lsp.engine import Engine
 from slayer_lsp.search.types import SearchError, parse_params
-
 from tests.conftest import EXPECTED, SQLITE_STORE, YAML_STORE
 
 CASES = sorted(p for p in EXPECTED.glob("[0-9][0-9]_*.json"))
