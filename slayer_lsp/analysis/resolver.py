@@ -1,0 +1,400 @@
+"""Entity resolution: any reference a SLayer query or memory may spell -> one canonical id.
+
+Reproduces ``slayer.memories.resolver.resolve_entity`` (motley-slayer 1.4.1) over an immutable
+``Catalog``: ``memory:<id>``; aggregation calls (``sum(x)``, legacy ``x:sum``, ``count(*)``,
+``count(m.*)``); a datasource head (``ds.model.leaf``); bare names (a leaf of the source model, a
+model settled by datasource priority, a leaf searched datasource by datasource); dotted paths whose
+hops walk joins in either direction (edge name first, else the model at the other end). Join paths
+never become part of an id: ``orders.customers.city`` is ``<ds>.customers.city``.
+
+Error and warning texts are SLayer's own wording, so search warnings built from them match
+SLayer's. Deliberate differences (each has a ``test_fix_*`` test):
+
+* the exception hierarchy: ``AmbiguousModelError`` and ``AmbiguousJoinPathError`` are
+  ``EntityResolutionError``\\s, so a caller dropping unresolvable input drops those too (SLayer lets
+  an ambiguous join path abort a whole search);
+* under a source model, a dotted path whose head is neither a datasource nor a model (an edge name
+  such as ``product.name`` from ``order_items``) is walked from the source model instead of
+  failing, which is how the query engine reads it;
+* a removed leaf (``customers.loyalty_tier``) keeps SLayer's message but carries a ``hint`` naming
+  what really failed.
+
+Resolution is about existence: hidden models and columns resolve. Lookups use the catalog's maps;
+only a bare leaf name consults a per-catalog leaf index, built once and cached on the catalog.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from slayer_lsp.analysis import mode_b
+from slayer_lsp.catalog import Catalog
+from slayer_lsp.catalog.ids import MEMORY_PREFIX
+from slayer_lsp.store import documents as d
+
+__all__ = [
+    "AmbiguousJoinPathError", "AmbiguousModelError", "EntityResolutionError", "Resolution", "SourceModel",
+    "check_memory_id", "model_identity", "resolve_entity",
+]
+
+
+class EntityResolutionError(ValueError):
+    """A reference that names no entity. ``str(exc)`` is SLayer's wording; ``hint`` (optional) says
+    more where SLayer's message misleads."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class AmbiguousModelError(EntityResolutionError):
+    """A bare model name held by several datasources, none of them in the priority list."""
+
+    def __init__(self, name: str, candidates: Iterable[str]) -> None:
+        self.name = name
+        self.candidates = tuple(candidates)
+        super().__init__(
+            f"Model '{name}' exists in multiple datasources: {sorted(self.candidates)}. Specify a "
+            f"data_source or set a datasource priority to disambiguate.")
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A declared join seen from the model a hop leaves (pairs and cardinality oriented to match)."""
+
+    source: str
+    target: str
+    name: str | None
+    pairs: tuple[tuple[str, str], ...]
+    cardinality: str | None
+    declaring: str
+
+
+class AmbiguousJoinPathError(EntityResolutionError):
+    """Two or more join edges answer one hop and no edge name tells them apart."""
+
+    def __init__(self, source_model: str, token: str, candidates: Sequence[Edge]) -> None:
+        self.source_model = source_model
+        self.target_model = candidates[0].target
+        self.token = token
+        self.candidates = tuple(candidates)
+        lines = [f"Ambiguous join hop {source_model!r} → {self.target_model!r}: {len(candidates)} edges "
+                 f"connect these models and no edge name resolves it."]
+        for e in candidates:
+            named = f" name={e.name!r}" if e.name else ""
+            pairs = ", ".join(f"{a}={b}" for a, b in e.pairs)
+            lines.append(f"  - declared on {e.declaring!r}{named}: pairs [{pairs}], cardinality {e.cardinality}")
+        lines.append("Give one edge a `name` and use it as the path segment to disambiguate.")
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    canonical: str
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SourceModel:
+    """The model a query reads from. A stored model is just its ids; an inline model or a model
+    extension also brings its own leaves (``leaves``) and joins (``joins``), which replace the stored
+    ones while walking from it."""
+
+    datasource: str
+    name: str
+    leaves: frozenset[str] | None = None
+    joins: tuple[d.Join, ...] | None = None
+
+    @property
+    def canonical(self) -> str:
+        return f"{self.datasource}.{self.name}"
+
+
+# ------------------------------------------------------------------------------------ catalog indexes
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    # leaf name -> datasource -> models (listing order) that have it as column / measure / aggregation
+    leaf_owners: dict[str, dict[str, tuple[str, ...]]]
+    # (datasource, model) -> joins declared on *other* models that target it, in listing order
+    incoming: dict[tuple[str, str], tuple[tuple[str, d.Join], ...]]
+
+
+def _build_index(catalog: Catalog) -> _Index:
+    owners: dict[str, dict[str, list[str]]] = {}
+    incoming: dict[tuple[str, str], list[tuple[str, d.Join]]] = {}
+    for mid, model in catalog.models.items():
+        ds = model.data_source or ""
+        for leaf_id in catalog.children(mid):
+            leaf = leaf_id[len(mid) + 1:]
+            owners.setdefault(leaf, {}).setdefault(ds, []).append(model.name)
+        for join in model.joins:
+            if join.target_model != model.name:
+                incoming.setdefault((ds, join.target_model), []).append((model.name, join))
+    return _Index(
+        {leaf: {ds: tuple(ms) for ds, ms in by_ds.items()} for leaf, by_ds in owners.items()},
+        {key: tuple(v) for key, v in incoming.items()},
+    )
+
+
+def _index(catalog: Catalog) -> _Index:
+    return catalog._lazy("resolver.index", lambda: _build_index(catalog))
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+_SEGMENT = re.compile(r"^[a-zA-Z_][\w-]*$")
+_FORBIDDEN_MEMORY_ID_CHARS = (":", "/", "?", "#", "\\")
+_INVERSE = {"many_to_one": "one_to_many", "one_to_many": "many_to_one"}
+
+
+def check_memory_id(memory_id: str) -> None:
+    """Raise ``EntityResolutionError`` when ``memory_id`` could not be a memory id."""
+    if not memory_id:
+        raise EntityResolutionError("memory id must be non-empty.")
+    for ch in _FORBIDDEN_MEMORY_ID_CHARS:
+        if ch in memory_id:
+            raise EntityResolutionError(f"memory id {memory_id!r}: forbidden character {ch!r}.")
+    for ch in memory_id:
+        if ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F:
+            raise EntityResolutionError(
+                f"memory id {memory_id!r}: whitespace and ASCII control characters are not allowed.")
+
+
+def model_identity(catalog: Catalog, name: str, priority: Sequence[str]) -> tuple[str, str] | None:
+    """``(datasource, name)`` of a bare model name: the only holder, else the first holder in
+    ``priority``; ``None`` when no datasource has it; ``AmbiguousModelError`` otherwise."""
+    candidates = catalog.models_by_name.get(name, ())
+    if not candidates:
+        return None
+    if len(candidates) == 1:
+        return candidates[0], name
+    for ds in priority:
+        if ds in candidates:
+            return ds, name
+    raise AmbiguousModelError(name, candidates)
+
+
+class _Ctx:
+    """One resolution's inputs: the catalog, the effective priority and the source model."""
+
+    __slots__ = ("catalog", "priority", "source")
+
+    def __init__(self, catalog: Catalog, priority: Sequence[str] | None, source: SourceModel | None) -> None:
+        self.catalog = catalog
+        self.priority = tuple(catalog.priority if priority is None else priority)
+        self.source = source
+
+    # -- models as (datasource, name) plus an optional override (the source model's own definition)
+    def has_leaf(self, ds: str, model: str, leaf: str, root: SourceModel | None = None) -> bool:
+        if root is not None and root.leaves is not None and (root.datasource, root.name) == (ds, model):
+            return leaf in root.leaves
+        return f"{ds}.{model}.{leaf}" in self.catalog.entities
+
+    def model_exists(self, ds: str, name: str, root: SourceModel | None) -> bool:
+        if root is not None and (root.datasource, root.name) == (ds, name):
+            return True
+        return self.catalog.model(ds, name) is not None
+
+    def neighbours(self, ds: str, current: str, root: SourceModel | None) -> list[Edge]:
+        """Every hop incident to ``current``, oriented away from it: its own joins first, then joins
+        other models of the datasource declare towards it (SLayer's ``join_walker.neighbors``)."""
+        override = root if root is not None and root.joins is not None and root.datasource == ds else None
+        if override is not None and override.name == current:
+            own: Sequence[d.Join] = override.joins or ()
+        else:
+            model = self.catalog.model(ds, current)
+            own = model.joins if model is not None else ()
+        edges = [Edge(current, j.target_model, j.name, tuple((p[0], p[1]) for p in j.join_pairs if len(p) >= 2),
+                      j.cardinality, current) for j in own]
+        declared = list(_index(self.catalog).incoming.get((ds, current), ()))
+        if override is not None and override.name != current:
+            declared = [(m, j) for m, j in declared if m != override.name]
+            mine = [(override.name, j) for j in override.joins or () if j.target_model == current]
+            at = next((k for k, (m, _) in enumerate(declared) if m > override.name), len(declared))
+            declared[at:at] = mine
+        for declaring, j in declared:
+            if declaring == current:
+                continue
+            edges.append(Edge(current, declaring, j.name, tuple((p[1], p[0]) for p in j.join_pairs if len(p) >= 2),
+                              _INVERSE.get(j.cardinality or "", j.cardinality), declaring))
+        return edges
+
+    def hop(self, ds: str, current: str, token: str, root: SourceModel | None) -> Edge | None:
+        edges = self.neighbours(ds, current, root)
+        hits = [e for e in edges if e.name == token] or [e for e in edges if e.target == token]
+        if len(hits) > 1:
+            raise AmbiguousJoinPathError(current, token, hits)
+        return hits[0] if hits else None
+
+    def walk(self, ds: str, root_name: str, path: Sequence[str], root: SourceModel | None) -> str | _Miss:
+        """The model ``path`` reaches from ``root_name``, or where it stopped. A circular or ambiguous
+        hop raises (SLayer's messages)."""
+        current = root_name
+        visited = {root_name}
+        for token in path:
+            edge = self.hop(ds, current, token, root)
+            if edge is not None and edge.target in visited:
+                raise EntityResolutionError(
+                    f"Circular join detected resolving {'.'.join(path)!r} from {root_name!r}: hop {token!r} "
+                    f"revisits model {edge.target!r}.")
+            if edge is None or not self.model_exists(ds, edge.target, root):
+                return _Miss(token, current)
+            visited.add(edge.target)
+            current = edge.target
+        return current
+
+    def dotted(self, ds: str, model: str, rest: Sequence[str], root: SourceModel | None = None) -> str:
+        """Canonical id of ``rest`` read from ``ds.model``: hops then a leaf, else hops to a model."""
+        if not rest:
+            return f"{ds}.{model}"
+        leaf = rest[-1]
+        try:
+            owner: str | _Miss | None = self.walk(ds, model, rest[:-1], root)
+        except AmbiguousJoinPathError:
+            raise
+        except EntityResolutionError:  # circular: the full walk below reports it
+            owner = None
+        if isinstance(owner, str) and self.has_leaf(ds, owner, leaf, root):
+            return f"{ds}.{owner}.{leaf}"
+        final = self.walk(ds, model, rest, root)
+        if isinstance(final, _Miss):
+            hint = None
+            if isinstance(owner, str) and final.token == leaf and final.model == owner:
+                hint = (f"'{leaf}' is neither a column, measure or aggregation of model '{ds}.{owner}' nor a "
+                        f"join from it")
+            raise EntityResolutionError(f"'{final.token}' is not a join target on model '{final.model}'.",
+                                        hint=hint)
+        return f"{ds}.{final}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Miss:
+    """Where a join walk stopped: the hop ``token`` that ``model`` has no join for."""
+
+    token: str
+    model: str
+
+
+# ------------------------------------------------------------------------------------------- resolve
+
+
+def resolve_entity(raw: str, catalog: Catalog, source_model: str | SourceModel | None = None,
+                   priority: Sequence[str] | None = None) -> Resolution:
+    """Resolve one reference to its canonical id, the way SLayer's ``resolve_entity`` does.
+
+    ``source_model`` is a canonical ``"ds.model"`` (or a ``SourceModel``): bare names prefer its
+    leaves, and ``count(*)`` means it. ``priority`` replaces ``catalog.priority`` when given
+    (``()`` means no priority). Raises ``EntityResolutionError`` (or a subclass)."""
+    if isinstance(source_model, str):
+        ds, _, name = source_model.partition(".")
+        if catalog.model(ds, name) is None:
+            raise EntityResolutionError(f"Source model not found: {source_model!r}.")
+        source_model = SourceModel(ds, name)
+    return _resolve(raw, _Ctx(catalog, priority, source_model))
+
+
+def _resolve(raw: str, ctx: _Ctx) -> Resolution:
+    raw = raw.strip()
+    if not raw:
+        raise EntityResolutionError("entity reference is empty")
+    catalog = ctx.catalog
+
+    if raw.startswith(MEMORY_PREFIX):
+        memory_id = raw[len(MEMORY_PREFIX):]
+        check_memory_id(memory_id)
+        if catalog.memory(memory_id) is None:
+            raise EntityResolutionError(f"No memory with id {memory_id!r}.")
+        return Resolution(raw)
+
+    try:
+        prefix, agg = mode_b.split_agg_ref(raw)
+    except mode_b.ModeBError as exc:
+        raise EntityResolutionError(str(exc)) from exc
+
+    if prefix == "*":
+        if agg != "count":
+            raise EntityResolutionError(
+                f"'{raw}' is not a valid entity reference; use 'count(*)' to refer to a model's row count.")
+        if ctx.source is None:
+            raise EntityResolutionError(
+                "'count(*)' requires a model context: write 'count(<model>.*)' or invoke from a query "
+                "that has a source_model.")
+        return Resolution(ctx.source.canonical)
+    if prefix.endswith(".*"):
+        if agg != "count":
+            raise EntityResolutionError(
+                f"'{raw}' is not a valid entity reference; use the 'count(<model>.*)' form.")
+        return _resolve(prefix[:-2], ctx)
+
+    segments = prefix.split(".")
+    if not all(_SEGMENT.match(s) for s in segments):
+        raise EntityResolutionError(f"'{raw}' contains an invalid identifier segment.")
+
+    head = segments[0]
+    if head in catalog.datasources:
+        warnings: tuple[str, ...] = ()
+        if head in catalog.models_by_name:
+            warnings = (f"'{head}' is both a datasource and a model; interpreted as datasource. To force the "
+                        f"model interpretation, qualify as <other_ds>.{head}...",)
+        if len(segments) == 1:
+            return Resolution(head, warnings)
+        model_name = segments[1]
+        if catalog.model(head, model_name) is None:
+            raise EntityResolutionError(f"No model '{model_name}' in datasource '{head}'.")
+        return Resolution(ctx.dotted(head, model_name, segments[2:]), warnings)
+
+    if len(segments) == 1:
+        return _resolve_bare(head, ctx)
+
+    identity = model_identity(catalog, head, ctx.priority)
+    if identity is None:
+        src = ctx.source
+        if src is not None:
+            # Not SLayer: under a source model a dotted path is a join path from it (``product.name``
+            # from order_items follows the edge named ``product``), as the query engine reads it.
+            try:
+                return Resolution(ctx.dotted(src.datasource, src.name, segments, src))
+            except AmbiguousJoinPathError:
+                raise
+            except EntityResolutionError:
+                pass
+        raise EntityResolutionError(
+            f"'{head}' is neither a known datasource nor a saved model. (segment of '{raw}').")
+    ds, model_name = identity
+    return Resolution(ctx.dotted(ds, model_name, segments[1:]))
+
+
+def _resolve_bare(leaf: str, ctx: _Ctx) -> Resolution:
+    catalog = ctx.catalog
+    src = ctx.source
+    if src is not None and ctx.has_leaf(src.datasource, src.name, leaf, src):
+        return Resolution(f"{src.canonical}.{leaf}")
+
+    identity = model_identity(catalog, leaf, ctx.priority)
+    if identity is not None:
+        ds, model_name = identity
+        owners = _index(catalog).leaf_owners.get(leaf, {}).get(ds, ())
+        others = sorted(m for m in owners if m != model_name)
+        warnings: tuple[str, ...] = ()
+        if others:
+            warnings = (f"'{leaf}' is both a model and a column on {others}; resolved as the model. Qualify as "
+                        f"<model>.{leaf} to refer to the column.",)
+        return Resolution(f"{ds}.{model_name}", warnings)
+
+    owners_by_ds = _index(catalog).leaf_owners.get(leaf, {})
+    order = list(ctx.priority) + [ds for ds in catalog.datasources if ds not in ctx.priority]
+    for ds in order:
+        matches = owners_by_ds.get(ds)
+        if not matches:
+            continue
+        if len(matches) > 1:
+            raise EntityResolutionError(
+                f"Ambiguous bare name '{leaf}' matches columns / measures / aggregations on {sorted(matches)} "
+                f"in datasource '{ds}'. Qualify as '<model>.{leaf}'.")
+        return Resolution(f"{ds}.{matches[0]}.{leaf}")
+    raise EntityResolutionError(
+        f"Entity '{leaf}' not found in any datasource (checked all known datasources).")
