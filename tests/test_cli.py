@@ -1,0 +1,86 @@
+"""The command line, run as a user runs it: ``slayer-lsp search`` and ``slayer-lsp inspect``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from slayer_lsp import __version__
+from tests.conftest import EXPECTED, SQLITE_STORE, YAML_STORE
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slayer_lsp", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def test_version():
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"slayer-lsp {__version__}"
+
+
+@pytest.mark.parametrize("store", [YAML_STORE, SQLITE_STORE])
+def test_search_json_has_slayers_shape(store):
+    expected = json.loads((EXPECTED / "10_e_join_path_and_agg.json").read_text())["response"]
+    out = run("search", "--storage", str(store), "--entity", "sum(orders.order_total)",
+              "--entity", "orders.customers.city", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert list(got) == ["results", "resolved_input_entities", "warnings"]
+    assert list(got["results"][0]) == ["kind", "id", "score", "text", "description", "matched_entities", "query"]
+    assert got == expected
+
+
+def test_search_text_and_query_file(tmp_path):
+    qfile = tmp_path / "q.query.yaml"
+    qfile.write_text("source_model: orders\nmeasures: [sum(subtotal)]\ndimensions: [stores.name]\n")
+    out = run("search", "--storage", str(YAML_STORE), "--query", f"@{qfile}", "--question", "net sales")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "Resolved input entities: jaffle.orders, jaffle.stores.name, jaffle.orders.subtotal"
+    assert lines[1].startswith("Results (")
+    assert any(line.strip().startswith("Q 6 ") for line in lines)
+
+
+def test_search_storage_from_environment():
+    out = run("search", "--question", "PROD-4471", "--format", "json", env={"SLAYER_STORAGE": str(SQLITE_STORE)})
+    assert out.returncode == 0 and json.loads(out.stdout)["results"][0]["id"] == "3"
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (["--datasource", "warehouse", "--question", "x"], 1, "datasource 'warehouse' not found"),
+    (["--max-results", "0", "--question", "x"], 1, "max_results must be >= 1"),
+    (["--query", "{not json"], 2, "--query"),
+    (["--cypher-filter", "MATCH (n) DETACH DELETE n RETURN n.id AS id"], 1, "cypher_filter"),
+])
+def test_search_errors(args, code, message):
+    out = run("search", "--storage", str(YAML_STORE), *args)
+    assert out.returncode == code and message in out.stderr and out.stdout == ""
+
+
+def test_missing_store_is_a_usage_error(tmp_path):
+    out = run("search", "--storage", str(tmp_path / "nope"), "--question", "x")
+    assert out.returncode == 2 and "does not exist" in out.stderr
+
+
+def test_inspect_text():
+    out = run("inspect", "--storage", str(YAML_STORE), "orders.status", "memory:5", "jaffle.customers.email")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "column jaffle.orders.status" in text
+    assert 'Sample values: ["completed", "returned", "pending"]' in text
+    assert "memory memory:5" in text and "jaffle.customers.loyalty_tier (stale)" in text
+    assert "column jaffle.customers.email  (hidden)" in text
+
+
+def test_inspect_json_and_failure():
+    out = run("inspect", "--storage", str(SQLITE_STORE), "--format", "json", "memory:6", "nosuch")
+    assert out.returncode == 1
+    items = json.loads(out.stdout)
+    assert items[0]["canonical"] == "memory:6" and items[0]["query"]["source_model"] == "orders"
+    assert [t["stale"] for t in items[0]["tags"]] == [False] * 5
+    assert items[1]["error"].startswith("Entity 'nosuch' not found")
