@@ -134,3 +134,13 @@ def test_fix_verbose_memory_text_is_rendered_doc(engines):
     for hid, hit in mine.items():
         if hit["kind"] != "memory" and "Format:" not in exp[hid]["text"]:
             assert hit["text"] == exp[hid]["text"]
+
+
+def test_label_fallback_without_graph_matches_slayer():
+    """With the graph unavailable, the label-only form still filters by kind (SLayer's naive path)."""
+    data = _load("19_cypher_label_naive_fallback")
+    engine = Engine(YAML_STORE, graph=False)
+    got = _run(engine, data["call"])
+    assert _summary(got) == _summary(data["response"]) and got["warnings"] == data["response"]["warnings"]
+    with pytest.raises(SearchError, match="too complex"):
+        _run(engine, {"question": "x", "cypher_filter": _load("20_cypher_mentions")["call"]["cypher_filter"]})
