@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-DEFAULT_VENV = Path("/work/.slayer-venv")
+REPO = Path(__file__).resolve().parents[1]
+# The venv the benchmarks create (bench/_slayer_env.py) and CI prepares; a developer may point elsewhere.
+DEFAULT_VENVS = (REPO / "bench" / ".work" / "slayer-venv", Path("/work/.slayer-venv"))
 
 # A quiet, offline SLayer: no usage reporting, no cost-map download, no embedding provider keys.
 QUIET_ENV = {"SLAYER_USAGE_REPORTING": "off", "DO_NOT_TRACK": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
@@ -22,8 +24,9 @@ _PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_API_KEY", "COHER
 
 
 def slayer_python() -> str | None:
-    """The venv interpreter that has motley-slayer: ``$SLAYER_BENCH_VENV``, else /work/.slayer-venv."""
-    for venv in (os.environ.get("SLAYER_BENCH_VENV"), str(DEFAULT_VENV)):
+    """The venv interpreter that has motley-slayer: ``$SLAYER_BENCH_VENV``, else the benchmarks' venv.
+    In CI (``CI`` set) a missing oracle is an error, never a silent skip."""
+    for venv in (os.environ.get("SLAYER_BENCH_VENV"), *map(str, DEFAULT_VENVS)):
         if venv:
             python = Path(venv) / "bin" / "python"
             if python.is_file() and os.access(python, os.X_OK):
@@ -31,8 +34,10 @@ def slayer_python() -> str | None:
     return None
 
 
-SKIP_REASON = ("motley-slayer venv not found (set SLAYER_BENCH_VENV or install it in /work/.slayer-venv); "
-               "the SLayer compatibility checks need it as an oracle")
+SKIP_REASON = ("motley-slayer venv not found (set SLAYER_BENCH_VENV, or run a benchmark once to create "
+               "bench/.work/slayer-venv); the SLayer compatibility checks need it as an oracle")
+if os.environ.get("CI") and slayer_python() is None:
+    raise RuntimeError("CI must provide the motley-slayer oracle venv: " + SKIP_REASON)
 
 
 def slayer_env(home: Path | None = None) -> dict[str, str]:
