@@ -65,13 +65,14 @@ class Engine:
     def catalog(self) -> Catalog:
         return self.state.catalog
 
-    def refresh(self) -> Delta:
-        """Re-read the store and bring every index up to date; returns what changed."""
+    def refresh(self, changed_paths: list[str] | None = None) -> Delta:
+        """Re-read the store and bring every index up to date; returns what changed.
+        ``changed_paths`` (from a file watcher) lets a YAML store skip its full listing."""
         from slayer_lsp.search.service import SearchIndexes
 
         with self._lock:
             t0 = time.perf_counter()
-            read = self._reader.read()
+            read = self._reader.read(changed_paths if self._state is not None else None)
             t1 = time.perf_counter()
             if self._state is None:
                 catalog = Catalog.from_read(read)

@@ -289,3 +289,24 @@ def test_memory_front_matter_split():
     assert split_front_matter("---\na: 1\n---\nbody\n---\nmore") == ({"a": 1}, "body\n---\nmore")
     assert split_front_matter("no front") == (None, "no front")
     assert split_front_matter("---\na: 1\n---") == ({"a": 1}, "")
+
+
+def test_watcher_hints_read_only_the_changed_paths(yaml_copy, monkeypatch):
+    reader = StoreReader(yaml_copy)
+    full = reader.read()
+    (yaml_copy / "memories/1.md").write_text("---\nversion: 4\n---\nrewritten")
+    (yaml_copy / "memories/2.md").unlink()
+    (yaml_copy / "models/jaffle/brand_new.yaml").write_text("version: 15\nname: brand_new\ndata_source: jaffle\n")
+    (yaml_copy / "memories/.3.md.tmp.x").write_text("half")
+    stats = []
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: stats.append(str(p)) or real_stat(p, *a, **k))
+    hinted = reader.read(changed=[str(yaml_copy / "memories/1.md"), str(yaml_copy / "memories/2.md"),
+                                  str(yaml_copy / "models/jaffle/brand_new.yaml"),
+                                  str(yaml_copy / "memories/.3.md.tmp.x"), str(yaml_copy / "memories.lock")])
+    monkeypatch.undo()
+    fresh = StoreReader(yaml_copy).read()
+    assert list(hinted.docs) == list(fresh.docs)  # same documents, same order as a full listing
+    assert all(hinted.docs[k].digest == fresh.docs[k].digest for k in fresh.docs)
+    assert len(fresh.docs) == len(full.docs)  # one memory gone, one model added
+    assert len(stats) <= 2 * 5  # the root and the hinted paths only, never every file

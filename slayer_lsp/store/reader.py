@@ -147,17 +147,41 @@ class YamlReader:
         self.root = location.path
         # path -> (stat key, doc or None, issues)
         self._cache: dict[str, tuple[tuple[int, ...], StoredDoc | None, tuple[LoadIssue, ...]]] = {}
+        self._listed: dict[str, Any] | None = None  # the last listing: path -> parser
 
-    def read(self) -> StoreRead:
+    def read(self, changed: Iterable[str] | None = None) -> StoreRead:
+        """Read the whole store. With ``changed`` (paths a file watcher reported), only those paths
+        are looked at again and the previous listing is reused, so a one-file edit costs one stat and
+        one parse instead of a stat per file."""
         out = StoreRead(self.location)
         if not self.root.is_dir():
             out.fatal = f"store directory {self.root} does not exist" if not self.root.exists() \
                 else f"{self.root} is not a directory"
+            self._listed = None
             return out
+        recheck: set[str] | None = None
+        if changed is not None and self._listed is not None:
+            listed = dict(self._listed)
+            recheck = {str(p) for p in changed}
+            for path in changed:
+                parse = self._parser_for(str(path))
+                if parse is None:
+                    continue
+                if os.path.isfile(path):
+                    listed[str(path)] = parse
+                else:
+                    listed.pop(str(path), None)
+            entries = sorted(listed.items(), key=lambda kv: self._order_key(kv[0]))
+        else:
+            entries = list(self._listing())
+        self._listed = dict(entries)
         live: set[str] = set()
-        for path, parse in self._listing():
+        for path, parse in entries:
             live.add(path)
-            doc, issues = self._load(path, parse)
+            if recheck is not None and path not in recheck and path in self._cache:
+                _, doc, issues = self._cache[path]  # the watcher says this file did not change
+            else:
+                doc, issues = self._load(path, parse)
             out.issues.extend(i for i in issues if doc is None)
             if doc is None:
                 continue
@@ -170,6 +194,32 @@ class YamlReader:
         for stale in set(self._cache) - live:
             del self._cache[stale]
         return out
+
+    def _parser_for(self, path: str) -> Any:
+        """Which parser a store path needs, or None when it is not a store document (temp files,
+        the lock file, the embeddings sidecar, ...)."""
+        p = Path(path)
+        if p.name.startswith("."):
+            return None
+        try:
+            rel = p.relative_to(self.root).parts
+        except ValueError:
+            return None
+        if rel == ("priority.yaml",):
+            return self._parse_priority
+        if len(rel) == 2 and rel[0] == "datasources" and p.suffix in (".yaml", ".yml"):
+            return self._parse_datasource
+        if len(rel) == 3 and rel[0] == "models" and not rel[1].startswith(".") and p.suffix in (".yaml", ".yml"):
+            return self._parse_model
+        if len(rel) == 2 and rel[0] == "memories" and p.suffix == ".md":
+            return self._parse_memory
+        return None
+
+    def _order_key(self, path: str) -> tuple:
+        """The full listing's order: datasources, models by directory then name, memories, priority."""
+        rel = Path(path).relative_to(self.root).parts
+        rank = {"datasources": 0, "models": 1, "memories": 2}.get(rel[0], 3)
+        return (rank, *rel[1:])
 
     # ------------------------------------------------------------------ parse cache (see cache.py)
 
@@ -434,8 +484,12 @@ class StoreReader:
         if self._cache is not None and isinstance(self._impl, YamlReader):
             self._cache.save_docs(self._impl.export_parsed())
 
-    def read(self) -> StoreRead:
+    def read(self, changed: Iterable[str] | None = None) -> StoreRead:
+        """Read the store; ``changed`` optionally names the paths a watcher saw change (a hint: the
+        YAML reader then skips the full listing; the SQLite reader always reads every row)."""
         try:
+            if isinstance(self._impl, YamlReader):
+                return self._impl.read(changed)
             return self._impl.read()
         except OSError as exc:  # the directory vanished mid-scan, permissions, ...
             out = StoreRead(self.location)
