@@ -141,21 +141,25 @@ class Catalog:
         after: dict[str, Entity] = {}
         memories_touched = False
         priority_changed = False
+        ds_models: dict[str, set[str]] = {}  # datasources whose model list changes
         for key in removed_keys + changed_keys:
             old = old_docs.get(key)
             if old is not None:
                 for ent in _doc_entities(old):
                     before[ent.canonical] = ent
                     entities.pop(ent.canonical, None)
-                self._unlink(old, children, by_name)
+                self._unlink(old, children, ds_models, by_name)
                 del docs[key]
         for key in changed_keys:
             doc = new_docs[key]
             docs[key] = doc
-            for ent in _doc_entities(doc):
+            made = list(_doc_entities(doc))
+            for ent in made:
                 after[ent.canonical] = ent
                 entities[ent.canonical] = ent
-            self._link(doc, children, by_name)
+            self._link(doc, made, children, ds_models, by_name)
+        for ds, mids in ds_models.items():
+            children[ds] = tuple(sorted(mids))
         for key in removed_keys + changed_keys:
             memories_touched |= key.kind == "memory"
             priority_changed |= key.kind == "priority"
@@ -184,31 +188,33 @@ class Catalog:
         return any(k.kind == "model" for keys in key_lists for k in keys)
 
     @staticmethod
-    def _unlink(doc: StoredDoc, children: dict[str, tuple[str, ...]],
+    def _unlink(doc: StoredDoc, children: dict[str, tuple[str, ...]], ds_models: dict[str, set[str]],
                 by_name: dict[str, list[str]] | None) -> None:
         value = doc.value
         if isinstance(value, d.Model):
             ds = value.data_source or ""
             mid = f"{ds}.{value.name}"
             children.pop(mid, None)
-            siblings = tuple(c for c in children.get(ds, ()) if c != mid)
-            children[ds] = siblings
+            ds_models.setdefault(ds, set(children.get(ds, ()))).discard(mid)
             if by_name is not None and value.name in by_name:
                 by_name[value.name] = [x for x in by_name[value.name] if x != ds]
                 if not by_name[value.name]:
                     del by_name[value.name]
 
     @staticmethod
-    def _link(doc: StoredDoc, children: dict[str, tuple[str, ...]],
-              by_name: dict[str, list[str]] | None) -> None:
+    def _link(doc: StoredDoc, entities: list[Entity], children: dict[str, tuple[str, ...]],
+              ds_models: dict[str, set[str]], by_name: dict[str, list[str]] | None) -> None:
         value = doc.value
         if isinstance(value, d.Model):
             ds = value.data_source or ""
             mid = f"{ds}.{value.name}"
-            children[mid] = tuple(e.canonical for e in _model_entities(value, doc.source))[1:]
-            children[ds] = tuple(sorted({*children.get(ds, ()), mid}))
+            children[mid] = tuple(e.canonical for e in entities[1:])
+            ds_models.setdefault(ds, set(children.get(ds, ()))).add(mid)
             if by_name is not None:
-                by_name[value.name] = sorted({*by_name.get(value.name, []), ds})
+                names = by_name.setdefault(value.name, [])
+                if ds not in names:
+                    names.append(ds)
+                    names.sort()
 
     def _replace(self, **changes: object) -> Catalog:
         fields = {f: getattr(self, f) for f in ("location", "docs", "entities", "children_of", "models_by_name",
