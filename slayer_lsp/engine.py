@@ -41,10 +41,22 @@ class RefreshStats:
 
 class Engine:
     def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None, *,
-                 graph: bool = True, compact_after_s: float | None = None, use_cache: bool = True):
+                 graph: bool = True, compact_after_s: float | None = None, use_cache: bool = True,
+                 dense: str = "off", embedding_model: str | None = None, switch_model: bool = False,
+                 embedding_provider: object = None):
+        """``dense``: "off"; "stored" (rank the vectors already in the store's embeddings table, embed
+        nothing but questions: the one-shot CLI); "live" (also embed what is missing or changes, in a
+        background worker: the daemon)."""
         self.location = storage if isinstance(storage, StoreLocation) else locate(storage)
         self._reader = StoreReader(self.location, use_cache=use_cache)
         self._use_cache = use_cache
+        if dense not in ("off", "stored", "live"):
+            raise ValueError(f"dense must be 'off', 'stored' or 'live', not {dense!r}")
+        self._dense_mode = dense
+        self._embedding_model = embedding_model
+        self._embedding_provider = embedding_provider  # tests inject a fake; else the configured model
+        self._switch_model = switch_model
+        self.dense = None  # the EmbeddingWorker of channel 3, when on
         self._lock = threading.RLock()
         self._graph_enabled = graph
         self.stats = RefreshStats()
@@ -82,6 +94,7 @@ class Engine:
 
                     cache = StoreCache.for_location(self.location)
                 indexes = SearchIndexes.build(catalog, graph=self._graph_enabled, cache=cache)
+                indexes.dense = self.dense = self._start_dense(catalog) if read.fatal is None else None
                 if read.fatal is None:
                     self._reader.save_cache()
                 delta = Delta(added=frozenset(catalog.entities))
@@ -103,6 +116,31 @@ class Engine:
             self._schedule_compaction()
             return delta
 
+    def _start_dense(self, catalog: Catalog):  # -> EmbeddingWorker | None
+        """Channel 3's worker. A missing runtime or model degrades to a warning in the log and no
+        dense channel: search keeps its lexical channels."""
+        if self._dense_mode == "off":
+            return None
+        try:
+            from slayer_lsp.embed.providers import configured_model_name, provider_for
+            from slayer_lsp.embed.store import VectorStore
+            from slayer_lsp.embed.text import CatalogItems
+            from slayer_lsp.embed.worker import EmbeddingWorker
+
+            provider = self._embedding_provider or provider_for(
+                self._embedding_model or configured_model_name(dict(os.environ)))
+            if self._dense_mode == "stored" and not VectorStore.for_store(self.location).count(provider.name):
+                log.info("dense channel off: no stored vectors of %s in this store", provider.name)
+                return None
+            items = (lambda: CatalogItems(catalog)) if self._dense_mode == "live" else None
+            worker = EmbeddingWorker(self.location, provider, items=items, switch_model=self._switch_model)
+            if self._dense_mode == "stored":
+                worker.wait_idle(timeout=60)  # the stored vectors, loaded once
+            return worker
+        except Exception as exc:  # noqa: BLE001 - an optional channel never takes search down
+            log.warning("dense channel unavailable: %s", exc)
+            return None
+
     def close(self) -> None:
         """Record the caches so that the next start on this store resumes from here."""
         with self._lock:
@@ -111,6 +149,8 @@ class Engine:
             if self._state is not None and self.catalog.fatal is None:
                 self._reader.save_cache()
                 self._state.search.save_cache()  # type: ignore[attr-defined]
+            if self.dense is not None:
+                self.dense.close()
 
     def compact(self) -> bool:
         """Rebuild the full-text indexes so their statistics match a fresh build; requests keep

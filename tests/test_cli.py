@@ -84,3 +84,30 @@ def test_inspect_json_and_failure():
     assert items[0]["canonical"] == "memory:6" and items[0]["query"]["source_model"] == "orders"
     assert [t["stale"] for t in items[0]["tags"]] == [False] * 5
     assert items[1]["error"].startswith("Entity 'nosuch' not found")
+
+
+def test_embed_status_and_dense_search(tmp_path):
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(YAML_STORE, store)
+    before = json.loads(run("status", "--storage", str(store), "--format", "json").stdout)
+    assert before["embedding"] is None and before["counts"]["memory"] == 21
+    from slayer_lsp.catalog import load_catalog
+
+    n = len(load_catalog(store).searchable_ids())  # hidden models and columns are not embedded
+    out = run("embed", "--storage", str(store))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"local/all-MiniLM-L6-v2-int8: {n} rows, {n} embedded now")
+    status = json.loads(run("status", "--storage", str(store), "--format", "json").stdout)
+    assert status["embedding"]["rows"] == n and status["embedding"]["dim"] == 384
+    # a question that shares no word with the answer is found by meaning
+    words = run("search", "--storage", str(store), "--question", "zip code of the shop", "--no-dense",
+                "--format", "json")
+    dense = run("search", "--storage", str(store), "--question", "zip code of the shop", "--format", "json")
+    assert dense.returncode == 0, dense.stderr
+    ids_words = [h["id"] for h in json.loads(words.stdout)["results"]]
+    ids_dense = [h["id"] for h in json.loads(dense.stdout)["results"]]
+    assert ids_dense != ids_words and len(ids_dense) >= len(ids_words)
+    again = run("embed", "--storage", str(store))
+    assert f"{n} rows, 0 embedded now" in again.stdout  # unchanged texts are never embedded twice

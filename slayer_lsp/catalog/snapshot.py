@@ -285,6 +285,21 @@ class Catalog:
         return self._lazy("issues", lambda: self.load_issues + tuple(
             i for doc in self.docs.values() for i in doc.issues))
 
+    def searchable_ids(self) -> tuple[str, ...]:
+        """Every searchable canonical id in SLayer's corpus order: datasources (sorted), then each
+        visible model with its visible leaves, then memories in storage order. Hidden models and
+        columns are not searchable; there are no virtual time_spine entities (they never resolve)."""
+        def build() -> tuple[str, ...]:
+            out: list[str] = sorted(self.datasources)
+            for mid, model in self.models.items():
+                if model.hidden:
+                    continue
+                out.append(mid)
+                out.extend(c for c in self.children(mid) if not self.entities[c].hidden)
+            out.extend(memory_ref(m) for m in self.memory_order)
+            return tuple(out)
+        return self._lazy("searchable", build)
+
     def iter_entities(self, kinds: Iterable[str] | None = None) -> Iterator[Entity]:
         wanted = set(kinds) if kinds is not None else None
         for ent in self.entities.values():

@@ -41,6 +41,18 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--cypher-filter", metavar="C")
     search.add_argument("--format", choices=["text", "json"], default="text")
     search.add_argument("--verbose", action="store_true", help="full text per hit (compact=False)")
+    search.add_argument("--no-dense", action="store_true",
+                        help="skip the embedding channel (by default it ranks the vectors stored for the "
+                             "configured model, $SLAYER_EMBEDDING_MODEL or the offline MiniLM)")
+
+    embed = sub.add_parser("embed", help="embed what is missing or changed into the store's embeddings table")
+    _storage_arg(embed)
+    embed.add_argument("--switch-model", action="store_true",
+                       help="embed with the configured model even though the table holds another model's vectors")
+
+    status = sub.add_parser("status", help="store, index and embedding status")
+    _storage_arg(status)
+    status.add_argument("--format", choices=["text", "json"], default="text")
 
     inspect = sub.add_parser("inspect", help="show everything known about entities")
     _storage_arg(inspect)
@@ -65,10 +77,10 @@ def _load_query(raw: str) -> dict:
     return data
 
 
-def _engine(storage: str | None):
+def _engine(storage: str | None, **options):
     from slayer_lsp.engine import Engine
 
-    engine = Engine(storage)
+    engine = Engine(storage, **options)
     cat = engine.catalog
     if cat.fatal:
         raise SystemExit(_fail(cat.fatal))
@@ -92,7 +104,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     params = SearchParams(entities=args.entities, query=query, question=args.question,
                           datasource=args.datasource, max_results=args.max_results,
                           cypher_filter=args.cypher_filter, compact=not args.verbose)
-    engine = _engine(args.storage)
+    engine = _engine(args.storage, dense="off" if args.no_dense else "stored")
     try:
         resp = engine.search(params)
     except SearchError as exc:
@@ -126,6 +138,42 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 1 if any(i.error for i in items) else 0
 
 
+def cmd_embed(args: argparse.Namespace) -> int:
+    import time
+
+    engine = _engine(args.storage, dense="live", switch_model=args.switch_model)
+    worker = engine.dense
+    if worker is None:
+        return _fail("the embedding channel is unavailable (see the log above)")
+    last = 0.0
+    while not worker.wait_idle(timeout=2.0):
+        st = worker.status()
+        if time.monotonic() - last > 5:
+            print(f"embedding with {st.model}: {st.rows} embedded, {st.pending} pending, {st.failed} failed",
+                  file=sys.stderr)
+            last = time.monotonic()
+    st = worker.status()
+    engine.close()
+    print(f"{st.model}: {st.rows} rows, {st.embedded} embedded now, {st.reused} reused, {st.failed} failed"
+          + (f" (last error: {st.last_error})" if st.last_error else ""))
+    for w in st.warnings():
+        print(f"warning: {w}", file=sys.stderr)
+    return 1 if st.failed or st.state == "blocked" else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from slayer_lsp.status import engine_status, format_status
+
+    engine = _engine(args.storage, dense="stored")
+    report = engine_status(engine)
+    engine.close()
+    if args.format == "json":
+        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
+    else:
+        print(format_status(report))
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from slayer_lsp.lsp import serve
 
@@ -137,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose_log else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers = {"search": cmd_search, "inspect": cmd_inspect, "serve": cmd_serve, None: cmd_serve}
+    handlers = {"search": cmd_search, "inspect": cmd_inspect, "embed": cmd_embed, "status": cmd_status,
+                "serve": cmd_serve, None: cmd_serve}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

@@ -18,7 +18,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from slayer_lsp.catalog.ids import memory_ref
 from slayer_lsp.store import documents as d
 
 if TYPE_CHECKING:
@@ -241,14 +240,7 @@ class CatalogItems:
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
-        ids: list[str] = sorted(catalog.datasources)
-        for mid, model in catalog.models.items():
-            if model.hidden:
-                continue
-            ids.append(mid)
-            ids.extend(c for c in catalog.children(mid) if not catalog.entities[c].hidden)
-        ids.extend(memory_ref(m) for m in catalog.memory_order)
-        self.ids = ids
+        self.ids = catalog.searchable_ids()
 
     def __len__(self) -> int:
         return len(self.ids)

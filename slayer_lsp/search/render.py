@@ -13,7 +13,6 @@ import json
 from dataclasses import dataclass
 
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import memory_ref
 from slayer_lsp.store import documents as d
 
 
@@ -178,20 +177,3 @@ def render_entity(catalog: Catalog, canonical: str) -> RenderedDoc | None:
     else:
         text = aggregation_text(model, obj)  # type: ignore[arg-type]
     return RenderedDoc(canonical, ent.kind, text, getattr(obj, "description", None))
-
-
-def visible_doc_ids(catalog: Catalog) -> list[str]:
-    """Every searchable canonical id in SLayer's corpus order: datasources (sorted), then each visible
-    model with its visible leaves, then memories in storage order. Hidden models and columns are not
-    searchable; there are no virtual time_spine documents (they never resolve)."""
-    out: list[str] = sorted(catalog.datasources)
-    for mid, model in catalog.models.items():
-        if model.hidden:
-            continue
-        out.append(mid)
-        for leaf in catalog.children(mid):
-            ent = catalog.entities[leaf]
-            if not ent.hidden:
-                out.append(leaf)
-    out.extend(memory_ref(m) for m in catalog.memory_order)
-    return out

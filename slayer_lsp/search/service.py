@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 RRF_K = 60
 TEXT_DEPTH = 5000  # per channel and kind; deeper ranks add < 1/5060 to a fused score
+DENSE_DEPTH = 1000  # per kind: cosine ranks past this add < 1/1060
 
 
 # --------------------------------------------------------------------------- indexes
@@ -66,13 +67,14 @@ class SearchIndexes:
     graph_enabled: bool = True
     _graph: Any = None
     cache: Any = None  # slayer_lsp.cache.StoreCache, or None
+    dense: Any = None  # slayer_lsp.embed.worker.EmbeddingWorker (channel 3), or None
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _cache: dict[Any, Any] = field(default_factory=dict)  # per-snapshot derived values
 
     @classmethod
     def build(cls, catalog: Catalog, *, graph: bool = True, cache: Any = None) -> SearchIndexes:
         docs: dict[str, render.RenderedDoc] = {}
-        for cid in render.visible_doc_ids(catalog):
+        for cid in catalog.searchable_ids():
             doc = render.render_entity(catalog, cid)
             if doc is not None:
                 docs[cid] = doc
@@ -117,6 +119,8 @@ class SearchIndexes:
                 index.delete([u.canonical for u in upserts
                               if u.canonical in index and ds not in _doc_scopes(catalog, u.canonical)])
                 index.upsert([u for u in upserts if ds in _doc_scopes(catalog, u.canonical)])
+            if self.dense is not None:
+                _feed_dense(self.dense, catalog, touched, delta)
             graph = self._graph
             if graph is not None and not delta.empty:
                 try:
@@ -125,7 +129,7 @@ class SearchIndexes:
                     log.warning("graph update failed, will rebuild: %s", exc)
                     graph = None
             return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, graph,
-                                 cache=self.cache)
+                                 cache=self.cache, dense=self.dense)
 
     @property
     def needs_compaction(self) -> bool:
@@ -144,7 +148,7 @@ class SearchIndexes:
         if fulltext is not None:
             _save_manifest(self.cache, fulltext)
         return SearchIndexes(docs, fulltext or FullTextIndex(docs.values()), by_ds, self.graph_enabled,
-                             self._graph, cache=self.cache)
+                             self._graph, cache=self.cache, dense=self.dense)
 
     def save_cache(self) -> None:
         """Record the live index's state so the next start reopens it (after incremental updates)."""
@@ -172,7 +176,13 @@ class SearchIndexes:
 
     def order(self, catalog: Catalog) -> dict[str, int]:
         """Corpus position of each document: the tie order SLayer's insertion order gives."""
-        return self._cached("order", lambda: {c: i for i, c in enumerate(render.visible_doc_ids(catalog))})
+        return self._cached("order", lambda: {c: i for i, c in enumerate(catalog.searchable_ids())})
+
+    def scope_ids(self, catalog: Catalog, datasource: str) -> frozenset[str]:
+        """Every searchable id in one datasource's filtered corpus (kept as one frozenset so the
+        vector index caches its row positions)."""
+        return self._cached(("scope", datasource), lambda: frozenset(
+            cid for cid in catalog.searchable_ids() if datasource in _doc_scopes(catalog, cid)))
 
     def tag_corpus(self, catalog: Catalog, datasource: str | None) -> TagCorpus:
         def build() -> TagCorpus:
@@ -188,6 +198,28 @@ class SearchIndexes:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _feed_dense(worker: Any, catalog: Catalog, touched: set[str], delta: Delta) -> None:
+    """Queue what a change means for channel 3: re-embed what changed (unchanged texts are skipped
+    by their content hash), drop vectors of deleted entities from the store, and of entities that
+    became hidden from memory only."""
+    from slayer_lsp.embed.text import item_for
+
+    for cid in sorted(touched):
+        item = item_for(catalog, cid)
+        if item is not None:
+            worker.enqueue(item.canonical_id, item.kind, item.text)
+        else:
+            worker.remove(cid, from_store=cid in delta.removed)
+
+
+def _dense_rankings(hits: Any) -> tuple[list[str], list[str]]:
+    """Channel 3's memory ranking and entity ranking (all entity kinds by cosine)."""
+    memories = [memory_id_of(c) for c in hits.ids("memory")]
+    entities = sorted(((score, cid) for kind, ranked in hits.by_kind.items() if kind != "memory"
+                       for cid, score in ranked), key=lambda sc: -sc[0])
+    return memories, [cid for _, cid in entities]
 
 
 def _persistent_index(cache: Any, docs: dict[str, render.RenderedDoc]) -> FullTextIndex | None:
@@ -376,6 +408,16 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
         ent_allow = _entity_allow(candidate_ids, kind_filter)
         entity_rankings.append(_text_ranking(index, query, memories=False, allow=ent_allow, order=order,
                                              exact=exact))
+        if indexes.dense is not None:  # channel 3: restricted before ranking to what may come back
+            allow = indexes.scope_ids(catalog, ds) if ds is not None else None
+            if candidate_ids is not None:
+                allowed = frozenset(c for c in candidate_ids if not is_memory_ref(c)) | mem_allow  # type: ignore[operator]
+                allow = allowed if allow is None else allow & allowed
+            hits = indexes.dense.search(question, k=DENSE_DEPTH, allow=allow)
+            warnings.extend(hits.warnings)
+            dense_memories, dense_entities = _dense_rankings(hits)
+            memory_rankings.append(dense_memories)
+            entity_rankings.append(dense_entities)
 
     rankings = [[memory_ref(m) for m in r] for r in memory_rankings if r] + [r for r in entity_rankings if r]
     results: list[SearchHit] = []

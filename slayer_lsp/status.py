@@ -1,0 +1,51 @@
+"""What ``slayer-lsp status`` and the daemon's ``slayer/status`` report, in one shape."""
+
+from __future__ import annotations
+
+import msgspec
+
+from slayer_lsp import __version__
+
+
+class StatusReport(msgspec.Struct, kw_only=True):
+    version: str
+    store: str
+    backend: str
+    generation: int
+    readable: bool
+    error: str | None = None
+    counts: dict[str, int]
+    load_issues: int
+    last_refresh_ms: float
+    embedding: dict | None = None  # the worker's EmbeddingStatus, plus its warnings
+
+
+def engine_status(engine) -> StatusReport:  # noqa: ANN001 - Engine, imported lazily by callers
+    cat = engine.catalog
+    counts: dict[str, int] = {}
+    for ent in cat.entities.values():
+        counts[ent.kind] = counts.get(ent.kind, 0) + 1
+    emb = None
+    if engine.dense is not None:
+        st = engine.dense.status()
+        emb = {**msgspec.to_builtins(st), "warnings": st.warnings()}
+    return StatusReport(version=__version__, store=str(engine.location.path), backend=engine.location.backend,
+                        generation=cat.generation, readable=cat.fatal is None, error=cat.fatal,
+                        counts=dict(sorted(counts.items())), load_issues=len(cat.issues),
+                        last_refresh_ms=round(engine.stats.last_refresh_s * 1000, 1), embedding=emb)
+
+
+def format_status(r: StatusReport) -> str:
+    lines = [f"slayer-lsp {r.version}", f"store: {r.store} ({r.backend})",
+             "state: " + ("readable" if r.readable else f"UNREADABLE, serving the last good snapshot: {r.error}"),
+             "entities: " + ", ".join(f"{n} {k}" for k, n in r.counts.items()),
+             f"load issues: {r.load_issues}"]
+    e = r.embedding
+    if e is None:
+        lines.append("embeddings: off (no stored vectors for the configured model; run `slayer-lsp embed`)")
+    else:
+        lines.append(f"embeddings: {e['model']} dim={e['dim']} state={e['state']} rows={e['rows']} "
+                     f"pending={e['pending']} failed={e['failed']}"
+                     + (f" last error: {e['last_error']}" if e["last_error"] else ""))
+        lines.extend(f"  warning: {w}" for w in e["warnings"])
+    return "\n".join(lines)
