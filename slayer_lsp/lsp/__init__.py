@@ -1,0 +1,53 @@
+"""The language server front end: ``serve(argv)`` runs it on stdio."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slayer-lsp serve", description="Run the SLayer language server on stdio.")
+    p.add_argument("--storage", help="the store: a YAML directory, a SQLite file, or a yaml:// / sqlite:// URI "
+                                     "(default: $SLAYER_STORAGE, $SLAYER_MODELS_DIR, then the XDG data dir); "
+                                     "the client's 'storage' option wins when it is set")
+    p.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="stderr log level of the server (default INFO)")
+    return p
+
+
+class _QuietInvalidParams(logging.Filter):
+    """pygls logs a traceback for every error response; a refused request is not a server fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from pygls.exceptions import JsonRpcInvalidParams
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, JsonRpcInvalidParams)
+
+
+def serve(argv: list[str] | None = None) -> int:
+    """Run the server until the client says exit. Only JSON-RPC is written to stdout: the real
+    stdout is handed to the transport and ``sys.stdout`` is pointed at stderr for stray prints."""
+    args = build_parser().parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ours = logging.getLogger("slayer_lsp")
+    if args.log_level:
+        ours.setLevel(getattr(logging, args.log_level))
+    elif ours.getEffectiveLevel() > logging.INFO:
+        ours.setLevel(logging.INFO)  # the effective configuration is logged at INFO
+    logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietInvalidParams())
+    from slayer_lsp.lsp.server import server
+
+    server.cli_storage = args.storage
+    wire = sys.stdout.buffer
+    sys.stdout = sys.stderr
+    try:
+        server.start_io(sys.stdin.buffer, wire)
+    finally:
+        if server.watcher is not None:
+            server.watcher.stop(timeout=1.0)
+    return 0

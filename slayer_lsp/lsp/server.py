@@ -1,0 +1,836 @@
+"""The stdio language server: one short handler per LSP method over the plain-data analysis modules.
+
+Shape of the process: the event loop only moves messages; parsing, binding and search run in worker
+threads (``asyncio.to_thread``) on a text snapshot taken on the loop. The ``Engine`` swaps its
+(snapshot, indexes) pair atomically, so a request during a rebuild answers from the last complete
+snapshot. A watcher thread re-reads the store when it changes and the open documents are re-checked.
+Nothing but protocol goes to stdout (``serve`` points ``sys.stdout`` at stderr for stray prints).
+
+Custom requests (also ``workspace/executeCommand`` commands with a dot instead of the slash):
+``slayer/search`` (SearchParams -> SearchResponse), ``slayer/inspect`` (``{"refs": [...]}``),
+``slayer/status`` (``{}``). Their params are validated here; invalid ones answer -32602.
+
+The store watcher waits for ``SLAYER_LSP_WATCH_QUIET_MS`` (default 100) ms without further change
+before re-reading the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from lsprotocol import types as t
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, default_converter
+from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage
+from pygls.uris import from_fs_path, to_fs_path
+from pygls.workspace.position_codec import PositionCodec, ServerTextPosition
+
+from slayer_lsp import __version__
+from slayer_lsp.analysis import completion as comp
+from slayer_lsp.analysis import diagnostics as diag
+from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import hover as hov
+from slayer_lsp.analysis import navigation as nav
+from slayer_lsp.lsp.options import Options, parse_options
+
+log = logging.getLogger(__name__)
+
+CUSTOM_METHODS = ("slayer/search", "slayer/inspect", "slayer/status")
+TRIGGER_CHARACTERS = [".", ":", "(", '"']
+WORKSPACE_SYMBOL_LIMIT = 50
+CONFIG_SECTIONS = ("slayerLsp", "slayer")  # asked for with workspace/configuration, first non-empty wins
+R = TypeVar("R")
+
+_SEVERITY = {"error": t.DiagnosticSeverity.Error, "warning": t.DiagnosticSeverity.Warning,
+             "information": t.DiagnosticSeverity.Information, "hint": t.DiagnosticSeverity.Hint}
+_COMPLETION_KIND = {"datasource": t.CompletionItemKind.Module, "model": t.CompletionItemKind.Class,
+                    "column": t.CompletionItemKind.Field, "measure": t.CompletionItemKind.Value,
+                    "aggregation": t.CompletionItemKind.Function, "join": t.CompletionItemKind.Reference,
+                    "memory": t.CompletionItemKind.File, "field": t.CompletionItemKind.Property}
+_SYMBOL_KIND = {"datasource": t.SymbolKind.Namespace, "model": t.SymbolKind.Class, "column": t.SymbolKind.Field,
+                "measure": t.SymbolKind.Property, "aggregation": t.SymbolKind.Function,
+                "join": t.SymbolKind.Interface, "memory": t.SymbolKind.File}
+
+
+def _converter():  # type: ignore[no-untyped-def]
+    """pygls' converter, except that ``slayer/*`` params stay plain dicts: the default turns untyped
+    params into namedtuples, renaming keys that are not identifiers (a query's ``order`` shorthand
+    ``{"stores.name": "desc"}`` would lose its key)."""
+    conv = default_converter()
+    base = conv.get_structure_hook(JsonRPCRequestMessage)
+
+    def hook(obj: dict[str, Any], cls: type) -> Any:
+        if isinstance(obj, dict) and str(obj.get("method", "")).startswith("slayer/"):
+            return cls(**obj)
+        return base(obj, cls)
+
+    conv.register_structure_hook(JsonRPCRequestMessage, hook)
+    return conv
+
+
+class SlayerProtocol(LanguageServerProtocol):
+    """pygls' protocol, except that a message whose params do not fit its method's type is answered:
+    a request gets -32602 with the reason (pygls would log it and leave the client waiting forever),
+    a notification is logged and dropped (instead of an error popup)."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            method = data.get("method")
+            reason = f"{method}: invalid params ({exc.__cause__ or exc})"
+            if "id" in data and method is not None:
+                self._send_response(data["id"], error=JsonRpcInvalidParams(reason).to_response_error())
+            else:
+                log.warning("dropped a message: %s", reason)
+            return _IGNORED
+
+
+# handle_message skips a message whose version is not "2.0" with a log line: the answer is already sent
+_IGNORED = JsonRPCNotification(method="$/slayer/ignored", jsonrpc="ignored", params=None)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An open document's state taken on the event loop, safe to analyse on a worker thread."""
+
+    uri: str
+    path: str | None
+    text: str
+    version: int | None
+    lines: list[str]
+    codec: PositionCodec
+
+
+class SlayerLanguageServer(LanguageServer):
+    def __init__(self, storage: str | None = None) -> None:
+        super().__init__("slayer-lsp", __version__, text_document_sync_kind=t.TextDocumentSyncKind.Incremental,
+                         protocol_cls=SlayerProtocol, converter_factory=_converter)
+        self.cli_storage = storage
+        self.options = Options()
+        self.option_problems: list[str] = []
+        self.engine: Any = None  # slayer_lsp.engine.Engine, built once the storage is known
+        self.engine_error: str | None = None
+        self.watcher: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._ready: asyncio.Event | None = None
+        self._index_task: asyncio.Task[None] | None = None
+        self._pending: dict[str, asyncio.Task[None]] = {}
+        self._parsed: dict[str, tuple[int | None, str, dm.ParsedDocument]] = {}
+        self._diagnosed: dict[str, tuple[dm.ParsedDocument, object, list[diag.DiagnosticData]]] = {}
+        self._parse_lock = threading.Lock()
+        self.indexing = False
+        self.started = time.time()
+
+    # ------------------------------------------------------------------ configuration and engine
+
+    @property
+    def storage(self) -> str | None:
+        return self.options.storage or self.cli_storage
+
+    def apply_options(self, raw: Any, *, initial: bool) -> list[str]:
+        opts, problems = parse_options(raw, None if initial else self.options)
+        old_storage = self.storage
+        self.options = opts
+        self.option_problems = problems
+        if initial or self.storage != old_storage:
+            self._make_engine()
+        return problems
+
+    def _make_engine(self) -> None:
+        from slayer_lsp.engine import Engine
+
+        if self.watcher is not None:
+            self.watcher.stop(timeout=0.5)
+            self.watcher = None
+        try:
+            self.engine = Engine(self.storage)
+            self.engine_error = None
+        except Exception as exc:  # noqa: BLE001 - a bad storage option must not kill the server
+            log.exception("cannot open the store %r", self.storage)
+            self.engine, self.engine_error = None, f"cannot open the store {self.storage!r}: {exc}"
+        self._index_task = None
+        if self._ready is not None:
+            self._ready.clear()
+
+    def log_effective_config(self) -> None:
+        import json
+
+        where = str(self.engine.location) if self.engine is not None else f"unavailable ({self.engine_error})"
+        log.info("slayer-lsp %s: store %s; effective options: %s", __version__, where,
+                 json.dumps(self.options.to_dict(), sort_keys=True))
+        for p in self.option_problems:
+            log.warning("option problem: %s", p)
+
+    async def pull_configuration(self) -> Any:
+        caps = self.client_capabilities
+        if not (caps and caps.workspace and caps.workspace.configuration):
+            return None
+        try:
+            items = await asyncio.wait_for(self.workspace_configuration_async(t.ConfigurationParams(
+                items=[t.ConfigurationItem(section=s) for s in CONFIG_SECTIONS])), 5)
+        except Exception as exc:  # noqa: BLE001 - no answer: keep the current options
+            log.info("workspace/configuration failed: %s", exc)
+            return None
+        return next((item for item in items or [] if isinstance(item, dict) and item), None)
+
+    def show(self, message: str, level: t.MessageType = t.MessageType.Warning) -> None:
+        self.window_show_message(t.ShowMessageParams(type=level, message=f"SLayer: {message}"))
+
+    # ------------------------------------------------------------------ indexing and watching
+
+    def ensure_indexing(self) -> None:
+        """Start the initial index once (from ``initialized``, or from the first request of a client
+        that never sends it)."""
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+        if self._ready is None:
+            self._ready = asyncio.Event()
+        if self._index_task is None and self.engine is not None:
+            self._index_task = asyncio.ensure_future(self._initial_index())
+
+    async def ready(self) -> bool:
+        self.ensure_indexing()
+        if self.engine is None:
+            return False
+        assert self._ready is not None
+        await self._ready.wait()
+        return True
+
+    def _supports_progress(self) -> bool:
+        caps = self.client_capabilities
+        return bool(caps and caps.window and caps.window.work_done_progress)
+
+    async def _initial_index(self) -> None:
+        engine = self.engine
+        self.indexing = True
+        token: str | None = None
+        if self._supports_progress():
+            token = f"slayer-index-{uuid.uuid4().hex[:8]}"
+            try:
+                await asyncio.wait_for(self.work_done_progress.create_async(token), 5)
+                self.work_done_progress.begin(token, t.WorkDoneProgressBegin(
+                    title="SLayer: indexing", message=str(engine.location), cancellable=False))
+            except Exception as exc:  # noqa: BLE001 - a client that refuses progress still gets served
+                log.info("no work-done progress: %s", exc)
+                token = None
+        try:
+            await asyncio.to_thread(engine.refresh)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("initial indexing failed")
+            self.show(f"indexing failed: {exc}", t.MessageType.Error)
+        finally:
+            self.indexing = False
+        if engine is not self.engine:
+            return  # the storage changed meanwhile; the new engine indexes itself
+        state = self.current_state()
+        cat = state.catalog if state is not None else None
+        if token is not None:
+            n = len(cat.entities) if cat is not None else 0
+            self.work_done_progress.end(token, t.WorkDoneProgressEnd(message=f"{n} entities"))
+        if cat is not None and cat.fatal:
+            self.show(f"the store cannot be read ({cat.fatal}); features answer from what was loaded")
+        assert self._ready is not None
+        self._ready.set()
+        self._start_watcher()
+        self.republish_all()
+
+    def _start_watcher(self) -> None:
+        from slayer_lsp.lsp.watcher import StoreWatcher
+
+        if self.watcher is not None or self.engine is None:
+            return
+        quiet = int(os.environ.get("SLAYER_LSP_WATCH_QUIET_MS", "100"))
+        self.watcher = StoreWatcher(self.engine.location, self._on_store_change, quiet_ms=quiet)
+        self.watcher.start()
+
+    def _on_store_change(self, paths: set[str]) -> None:
+        """Watcher thread: re-read the store, then re-check the open documents on the loop."""
+        engine = self.engine
+        if engine is None:
+            return
+        t0 = time.perf_counter()
+        delta = engine.refresh()
+        log.info("store changed (%d path(s)): %d entities touched in %.0f ms", len(paths), len(delta.touched),
+                 (time.perf_counter() - t0) * 1000)
+        if self.loop is not None and not delta.empty:
+            self.loop.call_soon_threadsafe(self.republish_all)
+
+    def catalog(self):  # type: ignore[no-untyped-def]
+        return self.engine.catalog
+
+    def current_state(self):  # type: ignore[no-untyped-def]
+        """The engine's last complete (snapshot, indexes), or None before the first; never blocks
+        (``Engine.state`` would index on the spot). Engine has no public accessor for this yet."""
+        return self.engine._state if self.engine is not None else None
+
+    # ------------------------------------------------------------------ documents
+
+    def snapshot(self, uri: str) -> Snapshot | None:
+        if uri not in self.workspace.text_documents:
+            return None
+        doc = self.workspace.get_text_document(uri)
+        return Snapshot(uri, to_fs_path(uri), doc.source, doc.version, list(doc.lines), doc.position_codec)
+
+    def kind_of(self, path: str | None) -> str:
+        root = None
+        if self.engine is not None and self.engine.location.backend == "yaml":
+            root = self.engine.location.path
+        f = self.options.files
+        return dm.classify(path, f.query_patterns, f.memory_patterns, root)
+
+    def parse(self, snap: Snapshot) -> dm.ParsedDocument:
+        kind = self.kind_of(snap.path)
+        hit = self._parsed.get(snap.uri)
+        if hit is not None and hit[0] == snap.version and hit[1] == snap.text and hit[2].kind == kind:
+            return hit[2]
+        doc = dm.parse_document(snap.text, kind, snap.path)
+        with self._parse_lock:
+            self._parsed[snap.uri] = (snap.version, snap.text, doc)
+        return doc
+
+    def open_parsed(self) -> dict[str, dm.ParsedDocument]:
+        """Parses of every open SLayer document (for references)."""
+        out = {}
+        for uri in list(self.workspace.text_documents):
+            snap = self.snapshot(uri)
+            if snap is not None:
+                doc = self.parse(snap)
+                if doc.kind != "other":
+                    out[uri] = doc
+        return out
+
+    # ------------------------------------------------------------------ positions
+
+    @staticmethod
+    def position(snap: Snapshot, pos: t.Position) -> tuple[int, int]:
+        p = snap.codec.position_from_client_units(snap.lines, t.Position(line=pos.line, character=pos.character))
+        return p.line, p.character
+
+    @staticmethod
+    def to_range(span: dm.Span, lines: list[str], codec: PositionCodec) -> t.Range:
+        start = codec.position_to_client_units(lines, ServerTextPosition(span.line, span.start))
+        end = codec.position_to_client_units(lines, ServerTextPosition(span.line, span.end))
+        return t.Range(start=start, end=end)
+
+    def location(self, loc: nav.LocationData) -> t.Location:
+        """A location in an open document (its URI) or in a store file (read to convert columns)."""
+        if "://" in loc.path:
+            uri = loc.path
+        else:
+            uri = from_fs_path(loc.path) or loc.path
+        if uri in self.workspace.text_documents:
+            lines = list(self.workspace.get_text_document(uri).lines)
+        else:
+            text = nav.FILES.read(loc.path) if "://" not in loc.path else None
+            lines = text.splitlines(True) if text else []
+        return t.Location(uri=uri, range=self.to_range(loc.span, lines, self.workspace.position_codec))
+
+    # ------------------------------------------------------------------ diagnostics
+
+    def schedule(self, uri: str, delay_ms: int | None = None) -> None:
+        """(Re)start the debounce timer of one document."""
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+        old = self._pending.pop(uri, None)
+        if old is not None:
+            old.cancel()
+        delay = self.options.diagnostics.debounce_ms if delay_ms is None else delay_ms
+        self._pending[uri] = asyncio.ensure_future(self._publish_later(uri, delay))
+
+    def republish_all(self) -> None:
+        for uri in list(self.workspace.text_documents):
+            self.schedule(uri, 0)
+
+    async def _publish_later(self, uri: str, delay_ms: int) -> None:
+        try:
+            if delay_ms:
+                await asyncio.sleep(delay_ms / 1000)
+            await self.publish(uri)
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # noqa: BLE001 - one bad document must not stop the others
+            log.exception("diagnostics of %s failed", uri)
+        finally:
+            if self._pending.get(uri) is asyncio.current_task():
+                self._pending.pop(uri, None)
+
+    async def publish(self, uri: str) -> None:
+        snap = self.snapshot(uri)
+        if snap is None:
+            return
+        if not self.options.diagnostics.enable:
+            self.text_document_publish_diagnostics(t.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+            return
+        if not await self.ready():
+            return
+        found = await asyncio.to_thread(self.diagnose, snap)
+        current = self.snapshot(uri)
+        if current is None or current.version != snap.version:
+            return  # edited meanwhile: the newer edit has its own timer
+        items = [self.to_lsp_diagnostic(x, snap) for x in found]
+        self.text_document_publish_diagnostics(t.PublishDiagnosticsParams(uri=uri, diagnostics=items,
+                                                                          version=snap.version))
+
+    def diagnose(self, snap: Snapshot) -> list[diag.DiagnosticData]:
+        doc = self.parse(snap)
+        if doc.kind == "other":
+            return []
+        catalog = self.catalog()
+        hit = self._diagnosed.get(snap.uri)
+        if hit is not None and hit[0] is doc and hit[1] is catalog:
+            return hit[2]
+        store_file = doc.kind in ("model", "datasource") or (
+            doc.kind == "memory" and self.engine.location.backend == "yaml" and snap.path is not None
+            and os.path.dirname(snap.path) == str(self.engine.location.path / "memories"))
+        found = diag.diagnose(doc, catalog, path=snap.path if store_file else None)
+        self._diagnosed[snap.uri] = (doc, catalog, found)
+        return found
+
+    def to_lsp_diagnostic(self, x: diag.DiagnosticData, snap: Snapshot) -> t.Diagnostic:
+        return t.Diagnostic(range=self.to_range(x.span, snap.lines, snap.codec), message=x.message,
+                            severity=_SEVERITY.get(x.severity, t.DiagnosticSeverity.Error), code=x.code,
+                            source="slayer")
+
+    # ------------------------------------------------------------------ request helpers
+
+    async def run(self, fn: Callable[..., R], *args: Any, default: R) -> R:
+        """Run analysis on a worker thread once the index is ready; a failure is logged and answers
+        ``default`` (an editor should not pop up an internal error for a hover)."""
+        if not await self.ready():
+            return default
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except JsonRpcException:
+            raise
+        except Exception:  # noqa: BLE001
+            log.exception("%s failed", getattr(fn, "__name__", fn))
+            return default
+
+    def scope(self) -> comp.Scope:
+        return comp.Scope(self.options.scope.datasources, self.options.scope.access_tags)
+
+    def markdown_ok(self) -> bool:
+        caps = self.client_capabilities
+        fmt = caps.text_document.hover.content_format if caps and caps.text_document and \
+            caps.text_document.hover else None
+        return not fmt or t.MarkupKind.Markdown in fmt
+
+    def hierarchical_symbols(self) -> bool:
+        caps = self.client_capabilities
+        ds = caps.text_document.document_symbol if caps and caps.text_document else None
+        return bool(ds and ds.hierarchical_document_symbol_support)
+
+
+server = SlayerLanguageServer()
+
+
+# ====================================================================== lifecycle
+
+@server.feature(t.INITIALIZE)
+def initialize(ls: SlayerLanguageServer, params: t.InitializeParams) -> None:
+    problems = ls.apply_options(params.initialization_options, initial=True)
+    ls.log_effective_config()
+    for p in problems:
+        ls.show(f"option ignored: {p}")
+    if ls.engine_error:
+        ls.show(ls.engine_error, t.MessageType.Error)
+
+
+@server.feature(t.INITIALIZED)
+def initialized(ls: SlayerLanguageServer, params: t.InitializedParams) -> None:
+    ls.ensure_indexing()
+
+
+@server.feature(t.SHUTDOWN)
+def shutdown(ls: SlayerLanguageServer, params: Any) -> None:
+    if ls.watcher is not None:
+        ls.watcher.stop(timeout=1.0)
+        ls.watcher = None
+    for task in ls._pending.values():
+        task.cancel()
+
+
+@server.feature(t.WORKSPACE_DID_CHANGE_CONFIGURATION)
+async def did_change_configuration(ls: SlayerLanguageServer, params: t.DidChangeConfigurationParams) -> None:
+    settings = params.settings
+    if settings is None:  # a client in the pull model: ask for our section
+        settings = await ls.pull_configuration()
+    old_storage = ls.storage
+    problems = ls.apply_options(settings, initial=False)
+    ls.log_effective_config()
+    for p in problems:
+        ls.show(f"option ignored: {p}")
+    if ls.storage != old_storage:
+        ls.ensure_indexing()
+    ls._parsed.clear()
+    ls._diagnosed.clear()
+    ls.republish_all()
+
+
+# ====================================================================== documents
+
+@server.feature(t.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: SlayerLanguageServer, params: t.DidOpenTextDocumentParams) -> None:
+    ls.schedule(params.text_document.uri, 0)
+
+
+@server.feature(t.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: SlayerLanguageServer, params: t.DidChangeTextDocumentParams) -> None:
+    ls.schedule(params.text_document.uri)
+
+
+@server.feature(t.TEXT_DOCUMENT_DID_SAVE)
+def did_save(ls: SlayerLanguageServer, params: t.DidSaveTextDocumentParams) -> None:
+    ls.schedule(params.text_document.uri, 0)
+
+
+@server.feature(t.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: SlayerLanguageServer, params: t.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    task = ls._pending.pop(uri, None)
+    if task is not None:
+        task.cancel()
+    ls._parsed.pop(uri, None)
+    ls._diagnosed.pop(uri, None)
+    ls.text_document_publish_diagnostics(t.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
+# ====================================================================== language features
+
+@server.feature(t.TEXT_DOCUMENT_COMPLETION, t.CompletionOptions(trigger_characters=TRIGGER_CHARACTERS))
+async def completion(ls: SlayerLanguageServer, params: t.CompletionParams) -> t.CompletionList | None:
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        return None
+
+    def work() -> t.CompletionList | None:
+        doc = ls.parse(snap)
+        if doc.kind == "other":
+            return None
+        line, col = ls.position(snap, params.position)
+        res = comp.complete(doc, line, col, ls.catalog(), ls.scope())
+        if res is None:
+            return None
+        rng = ls.to_range(res.replace, snap.lines, snap.codec)
+        items = [t.CompletionItem(label=i.label, kind=_COMPLETION_KIND.get(i.kind), detail=i.detail,
+                                  sort_text=i.sort_text, filter_text=i.label,
+                                  text_edit=t.TextEdit(range=rng, new_text=i.insert_text))
+                 for i in res.items]
+        return t.CompletionList(is_incomplete=res.is_incomplete, items=items)
+
+    return await ls.run(work, default=None)
+
+
+@server.feature(t.TEXT_DOCUMENT_HOVER)
+async def hover(ls: SlayerLanguageServer, params: t.HoverParams) -> t.Hover | None:
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        return None
+
+    def work() -> t.Hover | None:
+        doc = ls.parse(snap)
+        line, col = ls.position(snap, params.position)
+        h = hov.hover(doc, line, col, ls.catalog(), ls.options.hover.max_chars)
+        if h is None:
+            return None
+        kind = t.MarkupKind.Markdown if ls.markdown_ok() else t.MarkupKind.PlainText
+        rng = ls.to_range(h.span, snap.lines, snap.codec) if h.span else None
+        return t.Hover(contents=t.MarkupContent(kind=kind, value=h.markdown), range=rng)
+
+    return await ls.run(work, default=None)
+
+
+@server.feature(t.TEXT_DOCUMENT_DEFINITION)
+async def definition(ls: SlayerLanguageServer, params: t.DefinitionParams) -> list[t.Location] | None:
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        return None
+
+    def work() -> list[t.Location] | None:
+        doc = ls.parse(snap)
+        line, col = ls.position(snap, params.position)
+        return [ls.location(loc) for loc in nav.definition(doc, line, col, ls.catalog())] or None
+
+    return await ls.run(work, default=None)
+
+
+@server.feature(t.TEXT_DOCUMENT_REFERENCES)
+async def references(ls: SlayerLanguageServer, params: t.ReferenceParams) -> list[t.Location] | None:
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        return None
+    open_docs_snaps = [s for s in (ls.snapshot(u) for u in list(ls.workspace.text_documents)) if s is not None]
+
+    def work() -> list[t.Location] | None:
+        doc = ls.parse(snap)
+        line, col = ls.position(snap, params.position)
+        catalog = ls.catalog()
+        target = nav.target_at(doc, line, col, catalog)
+        if target is None:
+            return None
+        docs = {s.uri: d for s in open_docs_snaps if (d := ls.parse(s)).kind != "other"}
+        found = nav.references(target, catalog, docs, include_declaration=params.context.include_declaration)
+        return [ls.location(loc) for loc in found] or None
+
+    return await ls.run(work, default=None)
+
+
+@server.feature(t.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
+async def document_symbol(ls: SlayerLanguageServer, params: t.DocumentSymbolParams) -> list[Any] | None:
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        return None
+    hierarchical = ls.hierarchical_symbols()
+
+    def convert(s: dm.Symbol) -> t.DocumentSymbol:
+        sel = ls.to_range(s.selection, snap.lines, snap.codec)
+        start = snap.codec.position_to_client_units(snap.lines, ServerTextPosition(s.region.start_line,
+                                                                                   s.region.start_col))
+        end = snap.codec.position_to_client_units(snap.lines, ServerTextPosition(s.region.end_line,
+                                                                                 s.region.end_col))
+        full = t.Range(start=start, end=end)
+        if not (full.start.line <= sel.start.line <= full.end.line):
+            full = sel
+        return t.DocumentSymbol(name=s.name, kind=_SYMBOL_KIND.get(s.kind, t.SymbolKind.Object), range=full,
+                                selection_range=sel, detail=s.detail,
+                                children=[convert(c) for c in s.children] or None)
+
+    def flat(s: dm.Symbol, container: str | None, out: list[t.SymbolInformation]) -> None:
+        out.append(t.SymbolInformation(name=s.name, kind=_SYMBOL_KIND.get(s.kind, t.SymbolKind.Object),
+                                       location=t.Location(uri=snap.uri, range=ls.to_range(
+                                           s.selection, snap.lines, snap.codec)), container_name=container))
+        for c in s.children:
+            flat(c, s.name, out)
+
+    def work() -> list[Any] | None:
+        doc = ls.parse(snap)
+        syms = nav.document_symbols(doc)
+        if not syms:
+            return None
+        if hierarchical:
+            return [convert(s) for s in syms]
+        out: list[t.SymbolInformation] = []
+        for s in syms:
+            flat(s, None, out)
+        return out
+
+    return await ls.run(work, default=None)
+
+
+@server.feature(t.WORKSPACE_SYMBOL)
+async def workspace_symbol(ls: SlayerLanguageServer, params: t.WorkspaceSymbolParams) -> list[t.SymbolInformation] | None:
+    query = (params.query or "").strip()
+
+    def work() -> list[t.SymbolInformation]:
+        catalog = ls.catalog()
+        if query:
+            req: dict[str, Any] = {"question": query, "max_results": WORKSPACE_SYMBOL_LIMIT}
+            if len(ls.options.scope.datasources) == 1:
+                req["datasource"] = ls.options.scope.datasources[0]
+            resp = ls.engine.search(req)
+            hits = [(h.kind, h.id) for h in resp.results]
+        else:  # an empty query lists the models (VS Code asks with "" first)
+            idx = comp.index_for(catalog, ls.scope())
+            hits = [("model", i.canonical) for i in idx.models() if i.canonical][:WORKSPACE_SYMBOL_LIMIT]
+        out = []
+        for s in nav.workspace_symbols(catalog, hits):
+            if s.location is None:
+                continue
+            out.append(t.SymbolInformation(name=s.name, kind=_SYMBOL_KIND.get(s.kind, t.SymbolKind.Object),
+                                           location=ls.location(s.location), container_name=s.container))
+        return out
+
+    return await ls.run(work, default=None)
+
+
+@server.feature(t.TEXT_DOCUMENT_CODE_ACTION,
+                t.CodeActionOptions(code_action_kinds=[t.CodeActionKind.QuickFix], resolve_provider=False))
+async def code_action(ls: SlayerLanguageServer, params: t.CodeActionParams) -> list[t.CodeAction] | None:
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        return None
+    want = params.range
+    client_diags = list(params.context.diagnostics or [])
+
+    def overlaps(r: t.Range) -> bool:
+        return (r.start.line, r.start.character) <= (want.end.line, want.end.character) and \
+            (want.start.line, want.start.character) <= (r.end.line, r.end.character)
+
+    def work() -> list[t.CodeAction] | None:
+        actions = []
+        for x in ls.diagnose(snap):
+            if not x.fixes:
+                continue
+            rng = ls.to_range(x.span, snap.lines, snap.codec)
+            if not overlaps(rng):
+                continue
+            lsp_diag = next((cd for cd in client_diags if cd.code == x.code and cd.range == rng),
+                            ls.to_lsp_diagnostic(x, snap))
+            for i, fix in enumerate(x.fixes):
+                edit = t.TextEdit(range=ls.to_range(fix.span, snap.lines, snap.codec), new_text=fix.new_text)
+                actions.append(t.CodeAction(title=fix.title, kind=t.CodeActionKind.QuickFix, diagnostics=[lsp_diag],
+                                            is_preferred=i == 0,
+                                            edit=t.WorkspaceEdit(changes={snap.uri: [edit]})))
+        return actions or None
+
+    return await ls.run(work, default=None)
+
+
+# ====================================================================== custom requests and commands
+
+def _plain(value: Any) -> Any:
+    """Untyped params as plain data (namedtuples, if a client path produced them, back to dicts)."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _object_params(method: str, params: Any) -> dict[str, Any]:
+    params = _plain(params)
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise JsonRpcInvalidParams(f"{method}: params must be an object, got {type(params).__name__}")
+    return params
+
+
+async def do_search(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    from slayer_lsp.search.types import SearchError, parse_params, to_builtins
+
+    raw = _object_params("slayer/search", params)
+    try:
+        parsed = parse_params(raw)
+    except SearchError as exc:
+        raise JsonRpcInvalidParams(f"slayer/search: {exc}") from exc
+    if not await ls.ready():
+        raise JsonRpcInvalidParams(f"slayer/search: no store ({ls.engine_error})")
+
+    def work() -> dict[str, Any]:
+        try:
+            return to_builtins(ls.engine.search(parsed))
+        except SearchError as exc:
+            raise JsonRpcInvalidParams(f"slayer/search: {exc}") from exc
+
+    return await asyncio.to_thread(work)
+
+
+async def do_inspect(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    """``{"refs": [...]}`` (also ``reference``/``references``, a string or a list) -> ``{"items": [...]}``
+    with each item's store location."""
+    import msgspec
+
+    from slayer_lsp.analysis.inspect import inspect_refs
+
+    raw = _object_params("slayer/inspect", params)
+    unknown = set(raw) - {"refs", "reference", "references"}
+    if unknown:
+        raise JsonRpcInvalidParams(f"slayer/inspect: unknown parameter(s) {sorted(unknown)}; expected 'refs'")
+    refs = raw.get("refs", raw.get("references", raw.get("reference")))
+    if isinstance(refs, str):
+        refs = [refs]
+    if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
+        raise JsonRpcInvalidParams("slayer/inspect: 'refs' must be a non-empty list of strings")
+    if not await ls.ready():
+        raise JsonRpcInvalidParams(f"slayer/inspect: no store ({ls.engine_error})")
+
+    def work() -> dict[str, Any]:
+        catalog = ls.catalog()
+        items = []
+        for item in inspect_refs(catalog, refs):
+            data = msgspec.to_builtins(item)
+            loc = nav.entity_location(catalog, item.canonical) if item.canonical else None
+            if loc is not None:
+                lsp_loc = ls.location(loc)
+                data["location"] = {"uri": lsp_loc.uri, "range": {
+                    "start": {"line": lsp_loc.range.start.line, "character": lsp_loc.range.start.character},
+                    "end": {"line": lsp_loc.range.end.line, "character": lsp_loc.range.end.character}}}
+            items.append(data)
+        return {"items": items}
+
+    return await asyncio.to_thread(work)
+
+
+async def do_status(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    raw = _object_params("slayer/status", params)
+    if raw:
+        raise JsonRpcInvalidParams(f"slayer/status: takes no parameters, got {sorted(raw)}")
+    engine = ls.engine
+    state = ls.current_state()
+    out: dict[str, Any] = {
+        "version": __version__,
+        "storage": str(engine.location) if engine is not None else None,
+        "backend": engine.location.backend if engine is not None else None,
+        "ready": state is not None,
+        "indexing": ls.indexing,
+        "error": ls.engine_error,
+        "options": ls.options.to_dict(),
+        "option_problems": list(ls.option_problems),
+        "open_documents": len(ls.workspace.text_documents),
+        "watching": str(ls.watcher.watching) if ls.watcher is not None and ls.watcher.running else None,
+        "uptime_s": round(time.time() - ls.started, 1),
+    }
+    if state is not None:
+        cat = state.catalog
+        counts: dict[str, int] = {}
+        for ent in cat.entities.values():
+            counts[ent.kind] = counts.get(ent.kind, 0) + 1
+        stats = engine.stats
+        out.update({
+            "generation": cat.generation, "entities": counts, "fatal": cat.fatal,
+            "load_issues": [str(i) for i in cat.issues][:50],
+            "refreshes": stats.refreshes, "last_refresh_ms": round(stats.last_refresh_s * 1000, 1),
+            "last_delta_size": stats.last_delta_size,
+        })
+    return out
+
+
+@server.feature("slayer/search")
+async def slayer_search(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    return await do_search(ls, params)
+
+
+@server.feature("slayer/inspect")
+async def slayer_inspect(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    return await do_inspect(ls, params)
+
+
+@server.feature("slayer/status")
+async def slayer_status(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    return await do_status(ls, params)
+
+
+def _command_params(name: str, args: tuple[Any, ...]) -> Any:
+    if len(args) > 1:
+        raise JsonRpcInvalidParams(f"{name}: expected one argument (the request's params), got {len(args)}")
+    return args[0] if args else {}
+
+
+@server.command("slayer.search")
+async def cmd_search(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
+    return await do_search(ls, _command_params("slayer.search", args))
+
+
+@server.command("slayer.inspect")
+async def cmd_inspect(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
+    if args and all(isinstance(a, str) for a in args):  # slayer.inspect "ref" "ref2"
+        return await do_inspect(ls, {"refs": list(args)})
+    return await do_inspect(ls, _command_params("slayer.inspect", args))
+
+
+@server.command("slayer.status")
+async def cmd_status(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
+    return await do_status(ls, _command_params("slayer.status", args))
