@@ -73,6 +73,11 @@ class Engine:
         assert self._state is not None
         return self._state
 
+    def current(self) -> State | None:
+        """The last complete state, without waiting for a refresh in progress (None before the first
+        one finished): what request handlers answer from."""
+        return self._state
+
     @property
     def catalog(self) -> Catalog:
         return self.state.catalog

@@ -271,7 +271,7 @@ class SlayerLanguageServer(LanguageServer):
     def current_state(self):  # type: ignore[no-untyped-def]
         """The engine's last complete (snapshot, indexes), or None before the first; never blocks
         (``Engine.state`` would index on the spot). Engine has no public accessor for this yet."""
-        return self.engine._state if self.engine is not None else None
+        return self.engine.current() if self.engine is not None else None
 
     # ------------------------------------------------------------------ documents
 
