@@ -85,13 +85,6 @@ def _names(items: list[str], limit: int = LIST_LIMIT) -> str:
     return shown
 
 
-def format_words(fmt: d.NumberFormat) -> str:
-    parts = [fmt.type or "number"]
-    if fmt.precision is not None:
-        parts.append(f"precision {fmt.precision}")
-    if fmt.symbol:
-        parts.append(f"symbol {fmt.symbol}")
-    return ", ".join(parts)
 
 
 def entity_markdown(catalog: Catalog, canonical: str, *, warnings: tuple[str, ...] = (),
@@ -111,7 +104,7 @@ def entity_markdown(catalog: Catalog, canonical: str, *, warnings: tuple[str, ..
             secs.append(paragraphs(obj.description))
         facts = []
         if obj.format is not None:
-            facts.append(f"**Format:** {escape(format_words(obj.format))}")
+            facts.append(f"**Format:** {escape(obj.format.words())}")
         if obj.sql and obj.sql != obj.name:
             facts.append(f"**SQL:** {code(obj.sql)}")
         if obj.allowed_aggregations:

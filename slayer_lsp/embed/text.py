@@ -81,13 +81,6 @@ def _samples(values: Sequence[str]) -> str:
     return ", ".join(out)
 
 
-def _format(fmt: d.NumberFormat) -> str:
-    parts = [fmt.type or "number"]
-    if fmt.precision is not None:
-        parts.append(f"precision {fmt.precision}")
-    if fmt.symbol:
-        parts.append(f"symbol {fmt.symbol}")
-    return ", ".join(parts)
 
 
 # --------------------------------------------------------------------------- statements per kind
@@ -101,7 +94,7 @@ def column_statements(col: d.Column, model: d.Model | None = None) -> list[State
         out.append(("context", _sentence("Model", model.name)))
     out.append(("type", _sentence("Type", d.normalise_type(col.type))))
     if col.format is not None:
-        out.append(("type", _sentence("Format", _format(col.format))))
+        out.append(("type", _sentence("Format", col.format.words())))
     if col.primary_key:
         out.append(("type", "It is the primary key."))
     if col.sql and col.sql.strip() != col.name:

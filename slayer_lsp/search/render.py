@@ -28,13 +28,6 @@ def _csv(names: list[str], kind: str) -> str:
     return ", ".join(f"{n} ({kind})" for n in names)
 
 
-def format_text(fmt: d.NumberFormat) -> str:
-    parts = [fmt.type or "number"]
-    if fmt.precision is not None:
-        parts.append(f"precision {fmt.precision}")
-    if fmt.symbol:
-        parts.append(f"symbol {fmt.symbol}")
-    return ", ".join(parts)
 
 
 def datasource_text(ds: d.Datasource, models: list[d.Model]) -> str:
@@ -99,7 +92,7 @@ def column_text(model: d.Model, col: d.Column) -> str:
     if col.label:
         lines.append(f"Label: {col.label}")
     if col.format is not None:
-        lines.append(f"Format: {format_text(col.format)}")
+        lines.append(f"Format: {col.format.words()}")
     if col.allowed_aggregations:
         lines.append("Allowed aggregations: " + ", ".join(col.allowed_aggregations))
     if col.sql:

@@ -44,6 +44,15 @@ class NumberFormat(_Doc, kw_only=True):
     precision: int | None = None
     symbol: str | None = None
 
+    def words(self) -> str:
+        """The format as a reader says it: ``currency, precision 2, symbol $``."""
+        parts = [self.type or "number"]
+        if self.precision is not None:
+            parts.append(f"precision {self.precision}")
+        if self.symbol:
+            parts.append(f"symbol {self.symbol}")
+        return ", ".join(parts)
+
 
 class Column(_Doc, kw_only=True):
     name: str
