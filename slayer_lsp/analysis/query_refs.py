@@ -91,8 +91,9 @@ def _column_ref_text(value: Any, field: str, index: int) -> str:
     return text
 
 
-def _auto_name(expression: str) -> str:
-    """SLayer's derived name of an unnamed computed dimension (only used to skip self-references)."""
+def auto_name(expression: str) -> str:
+    """SLayer's derived name of an unnamed computed dimension (``auto_name_from_expression``): the
+    query walker skips it as a self-reference, the memory writer stores it."""
     base = re.sub(r"\W+", "_", expression.strip()).strip("_").lower() or "expr"
     if base[0].isdigit():
         base = f"e_{base}"
@@ -199,9 +200,9 @@ def _local_names(query: Mapping[str, Any]) -> tuple[set[str], set[str]]:
             names.add(m["name"])
     for dim in query.get("dimensions") or ():
         if isinstance(dim, Mapping) and isinstance(dim.get("expression"), str):
-            names.add(dim.get("name") or _auto_name(dim["expression"]))
+            names.add(dim.get("name") or auto_name(dim["expression"]))
         elif isinstance(dim, str) and not _is_column_path(dim) and not _is_time_call(dim):
-            names.add(_auto_name(dim))
+            names.add(auto_name(dim))
     added: set[str] = set()
     src = query.get("source_model")
     if isinstance(src, Mapping) and "source_name" in src:

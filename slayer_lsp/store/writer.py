@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import math
@@ -42,7 +41,7 @@ from typing import Any
 import yaml
 
 from slayer_lsp.analysis import mode_b
-from slayer_lsp.analysis.query_refs import extract_entities_from_query
+from slayer_lsp.analysis.query_refs import auto_name, extract_entities_from_query
 from slayer_lsp.analysis.resolver import EntityResolutionError, check_memory_id, resolve_entity
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
@@ -316,17 +315,6 @@ def _is_column_path(text: str) -> bool:
     return _is_name(leaf) and (not prefix or all(_is_name(p) for p in prefix.split(".")))
 
 
-def _auto_name(expression: str) -> str:
-    """SLayer's derived name of an unnamed computed dimension (``auto_name_from_expression``)."""
-    base = re.sub(r"\W+", "_", expression.strip()).strip("_").lower() or "expr"
-    if base[0].isdigit():
-        base = f"e_{base}"
-    if len(base) > 48:
-        digest = hashlib.sha256(expression.encode("utf-8")).hexdigest()[:8]
-        base = f"{base[:28]}_{digest}_{base[-8:]}"
-    return re.sub(r"_+", "_", base).strip("_")
-
-
 def _is_time_point_shape(text: str) -> bool:
     """Whether a ``date_range`` bound has a shape SLayer accepts at construction."""
     literal = text.strip()
@@ -492,7 +480,7 @@ class _QueryNormalizer:
             raise _Refused(where, "'expression' must be a string")
         name = self.optional_str(name, f"{where}.name")
         if name is None:
-            name = _auto_name(expression)
+            name = auto_name(expression)
         if "." in name or ":" in name or name.startswith(_RESERVED_PREFIX):
             raise _Refused(where, f"Computed dimension name {name!r} must not contain '.' or ':' nor start with "
                                   f"{_RESERVED_PREFIX!r}")
