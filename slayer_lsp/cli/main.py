@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 
 from slayer_lsp import __version__
+from slayer_lsp.cli import check
 
 
 def _storage_arg(p: argparse.ArgumentParser) -> None:
@@ -26,7 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slayer-lsp", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"slayer-lsp {__version__}")
     parser.add_argument("-v", "--verbose-log", action="store_true", help="debug logging on stderr")
+    parser.add_argument("--check", action="store_true",
+                        help="same as the check subcommand: slayer-lsp --check [PATH...] [--storage PATH] "
+                             "[--format text|json|github|sarif] [--fail-on error|warning]")
     sub = parser.add_subparsers(dest="command")
+    check.add_parser(sub)
 
     serve = sub.add_parser("serve", help="run the language server on stdio (the default)")
     _storage_arg(serve)
@@ -182,11 +187,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = check.rewrite_check_flag(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose_log else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handlers = {"search": cmd_search, "inspect": cmd_inspect, "embed": cmd_embed, "status": cmd_status,
-                "serve": cmd_serve, None: cmd_serve}
+                "serve": cmd_serve, "check": check.cmd_check, None: cmd_serve}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

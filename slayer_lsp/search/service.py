@@ -174,9 +174,9 @@ class SearchIndexes:
                 self._graph = GraphIndex.build(catalog)
             return self._graph
 
-    def order(self, catalog: Catalog) -> dict[str, int]:
-        """Corpus position of each document: the tie order SLayer's insertion order gives."""
-        return self._cached("order", lambda: {c: i for i, c in enumerate(catalog.searchable_ids())})
+    def scoped_memories(self, catalog: Catalog, datasource: str | None) -> list[d.Memory]:
+        """The memories a datasource filter keeps (a tag rooted at it), in storage order."""
+        return self._cached(("memories", datasource), lambda: _scoped_memories(catalog, datasource))
 
     def scope_ids(self, catalog: Catalog, datasource: str) -> frozenset[str]:
         """Every searchable id in one datasource's filtered corpus (kept as one frozenset so the
@@ -186,7 +186,7 @@ class SearchIndexes:
 
     def tag_corpus(self, catalog: Catalog, datasource: str | None) -> TagCorpus:
         def build() -> TagCorpus:
-            mems = _scoped_memories(catalog, datasource)
+            mems = self.scoped_memories(catalog, datasource)
             return TagCorpus.build(mems, _validity(catalog, datasource, {m.id for m in mems}))
         return self._cached(("tags", datasource), build)
 
@@ -324,17 +324,55 @@ def _fuse(rankings: list[list[str]]) -> list[tuple[str, float]]:
     return sorted(fused.items(), key=lambda kv: -kv[1])
 
 
-def _text_ranking(index: FullTextIndex, query, *, memories: bool, allow, order: dict[str, int],  # noqa: ANN001
-                  exact: list[str]) -> list[str]:
-    limit = min(index.kind_counts["memory" if memories else "entity"], TEXT_DEPTH)
+def _text_ranking(index: FullTextIndex, query, *, memories: bool, allow, exact: list[str],  # noqa: ANN001
+                  depth: int) -> tuple[list[str], bool]:
+    """One full-text ranking (best first; tantivy breaks score ties by insertion order, as SLayer's
+    fresh index does) fetched ``depth`` deep; the flag says whether deeper hits were left out."""
+    full = min(index.kind_counts["memory" if memories else "entity"], TEXT_DEPTH)
+    limit = min(full, depth)
     hits = index.search(query, memories=memories, limit=limit, allow=allow) if query is not None else []
-    big = len(order)
-    hits.sort(key=lambda h: (-h.score, order.get(h.canonical, big)))
+    truncated = len(hits) == limit < full
     ranked = [h.canonical for h in hits]
     lead = [c for c in exact if (c.startswith("memory:") == memories) and (allow is None or c in allow)]
-    if not lead:
-        return ranked
-    return lead + [c for c in ranked if c not in lead]
+    if lead:
+        ranked = lead + [c for c in ranked if c not in lead]
+    return ranked, truncated
+
+
+def _fused_hits(rankings: list[tuple[list[str], bool]], depth: int, build, max_results: int  # noqa: ANN001
+                ) -> list[SearchHit] | None:
+    """Fuse and cut to ``max_results``; None when rankings fetched only ``depth`` deep could still
+    change the answer (a left-out rank adds at most 1/(k+depth+1) per truncated ranking), in which
+    case the caller fetches everything. So the answer is always the full ranking's, whatever
+    ``max_results`` is: the cut never reorders what is above it."""
+    fused = _fuse([r for r, _ in rankings])
+    results: list[SearchHit] = []
+    picked: list[int] = []
+    for i, (key, score) in enumerate(fused):
+        hit = build(key, score)
+        if hit is not None:
+            results.append(hit)
+            picked.append(i)
+            if len(results) >= max_results:
+                break
+    partial = [set(r) for r, truncated in rankings if truncated]
+    if not partial:
+        return results
+    if len(results) < max_results:
+        return None
+    gap = 1.0 / (RRF_K + depth + 1)
+
+    def slack(key: str) -> float:  # how much a key's true score may exceed the fused one
+        return gap * sum(1 for seen in partial if key not in seen)
+
+    for a, b in zip(picked, picked[1:], strict=False):
+        (_, sa), (kb, sb) = fused[a], fused[b]
+        if slack(kb) and sa <= sb + slack(kb):
+            return None
+    last = fused[picked[-1]][1]
+    if last <= gap * len(partial):  # a document no fetched ranking holds could still overtake
+        return None
+    return results if all(s + slack(k) < last for k, s in fused[picked[-1] + 1:]) else None
 
 
 # --------------------------------------------------------------------------- the search
@@ -372,7 +410,7 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
     if not channel1 and not has_question:
         return _recency(catalog, ds, candidate_ids, kind_filter, max_results, warnings, params.compact)
 
-    scoped = _scoped_memories(catalog, ds)
+    scoped = indexes.scoped_memories(catalog, ds)
     scoped_ids = {m.id for m in scoped}
     if ds is not None:
         warnings.extend(f"{c} is not rooted at datasource {ds!r}; dropped." for c in inputs
@@ -396,18 +434,13 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
         named_mems = [memory_id_of(c) for c in inputs if is_memory_ref(c) and memory_id_of(c) in scoped_ids]
         lead = [m for m in named_mems if m in ranked]  # a named memory leads its own ranking
         memory_rankings.append(lead + [m for m in ranked if m not in lead])
-    if has_question:  # channel 2: full text
+    if has_question:  # channels 2 and 3
         assert question is not None
         index = indexes.fulltext_for(catalog, ds)
-        order = indexes.order(catalog)
         query = index.parse(question)
         exact = index.exact_ids(question)
         mem_allow = frozenset(memory_ref(m) for m in scoped_ids) if candidate_ids is not None else None
-        mems = _text_ranking(index, query, memories=True, allow=mem_allow, order=order, exact=exact)
-        memory_rankings.append([memory_id_of(c) for c in mems])
         ent_allow = _entity_allow(candidate_ids, kind_filter)
-        entity_rankings.append(_text_ranking(index, query, memories=False, allow=ent_allow, order=order,
-                                             exact=exact))
         if indexes.dense is not None:  # channel 3: restricted before ranking to what may come back
             allow = indexes.scope_ids(catalog, ds) if ds is not None else None
             if candidate_ids is not None:
@@ -416,17 +449,25 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
             hits = indexes.dense.search(question, k=DENSE_DEPTH, allow=allow)
             warnings.extend(hits.warnings)
             dense_memories, dense_entities = _dense_rankings(hits)
-            memory_rankings.append(dense_memories)
-            entity_rankings.append(dense_entities)
 
-    rankings = [[memory_ref(m) for m in r] for r in memory_rankings if r] + [r for r in entity_rankings if r]
-    results: list[SearchHit] = []
-    for key, score in _fuse(rankings):
-        hit = _hit(catalog, indexes, key, score, inputs, valid, candidate_ids, kind_filter, params.compact)
-        if hit is not None:
-            results.append(hit)
-            if len(results) >= max_results:
-                break
+    def rankings(depth: int) -> list[tuple[list[str], bool]]:
+        mems: list[tuple[list[str], bool]] = [([memory_ref(m) for m in r], False) for r in memory_rankings]
+        ents: list[tuple[list[str], bool]] = [(r, False) for r in entity_rankings]
+        if has_question:
+            mems.append(_text_ranking(index, query, memories=True, allow=mem_allow, exact=exact, depth=depth))
+            ents.append(_text_ranking(index, query, memories=False, allow=ent_allow, exact=exact, depth=depth))
+            if indexes.dense is not None:
+                mems.append(([memory_ref(m) for m in dense_memories], False))
+                ents.append((dense_entities, False))
+        return [r for r in mems + ents if r[0]]
+
+    def build(key: str, score: float) -> SearchHit | None:
+        return _hit(catalog, indexes, key, score, inputs, valid, candidate_ids, kind_filter, params.compact)
+
+    depth = max(100, 5 * max_results)
+    results = _fused_hits(rankings(depth), depth, build, max_results)
+    if results is None:
+        results = _fused_hits(rankings(TEXT_DEPTH), TEXT_DEPTH, build, max_results) or []
 
     warned: set[str] = set()
     for hit in results:

@@ -1,0 +1,76 @@
+"""Write the JSON Schemas of the daemon's custom requests into ``protocol/schemas/``.
+
+Each schema is ``msgspec.json.schema`` of the msgspec type the server decodes or encodes, so the
+schemas cannot drift from the code: ``tests/test_protocol.py`` fails when a file here is out of
+date. Run ``python protocol/generate.py`` after changing a wire type (``--check`` only compares).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCHEMAS = HERE / "schemas"
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def types() -> dict[str, tuple[str, type]]:
+    """File stem -> (title, msgspec type), for each method's params and result."""
+    from slayer_lsp import protocol_types as p
+    from slayer_lsp.search.types import SearchParams, SearchResponse
+
+    return {
+        "slayer-search.params": ("slayer/search params", SearchParams),
+        "slayer-search.result": ("slayer/search result", SearchResponse),
+        "slayer-inspect.params": ("slayer/inspect params", p.InspectParams),
+        "slayer-inspect.result": ("slayer/inspect result", p.InspectResult),
+        "slayer-status.params": ("slayer/status params", p.StatusParams),
+        "slayer-status.result": ("slayer/status result", p.ServerStatus),
+        "slayer-saveMemory.params": ("slayer/saveMemory params", p.SaveMemoryParams),
+        "slayer-saveMemory.result": ("slayer/saveMemory result", p.SaveMemoryResult),
+        "slayer-forgetMemory.params": ("slayer/forgetMemory params", p.ForgetMemoryParams),
+        "slayer-forgetMemory.result": ("slayer/forgetMemory result", p.ForgetMemoryResult),
+    }
+
+
+def render() -> dict[str, str]:
+    """File name -> the schema text it should hold."""
+    import msgspec
+
+    out = {}
+    for stem, (title, typ) in types().items():
+        schema = {"$schema": DIALECT, "title": title, **msgspec.json.schema(typ)}
+        out[f"{stem}.json"] = json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when a schema file is out of date")
+    args = parser.parse_args(argv)
+    wanted = render()
+    present = {p.name for p in SCHEMAS.glob("*.json")} if SCHEMAS.is_dir() else set()
+    stale = sorted(n for n, text in wanted.items()
+                   if not (SCHEMAS / n).is_file() or (SCHEMAS / n).read_text(encoding="utf-8") != text)
+    extra = sorted(present - set(wanted))
+    if args.check:
+        for name in stale:
+            print(f"out of date: protocol/schemas/{name}", file=sys.stderr)
+        for name in extra:
+            print(f"not generated: protocol/schemas/{name}", file=sys.stderr)
+        return 1 if stale or extra else 0
+    SCHEMAS.mkdir(exist_ok=True)
+    for name in stale:
+        (SCHEMAS / name).write_text(wanted[name], encoding="utf-8")
+    for name in extra:
+        (SCHEMAS / name).unlink()
+    print(f"{len(stale)} written, {len(extra)} removed, {len(wanted) - len(stale)} up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE.parent))  # run from a clone without installing
+    raise SystemExit(main())
