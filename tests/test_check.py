@@ -210,8 +210,6 @@ def test_store_file_given_as_path_reports_once(broken):
     assert len(stale) == 1 and stale[0]["source"] == "slayer" and stale[0]["path"] == "store/memories/5.md"
 
 
-@pytest.mark.xfail(strict=True, reason="texttree._from_yaml takes CSafeLoader's plain style '' for a quoted "
-                   "one, so `null` stays the string 'null' and SLayer's own memories 6 and 7 look stale")
 def test_whole_store_walked_as_documents(tmp_path):
     """Walking the unchanged jaffle store: its files' document diagnostics add nothing but memory 5's
     stale tag (which then comes from the editor's code path instead of the store check)."""

@@ -152,7 +152,7 @@ _YAML_NULLS = {"", "~", "null", "Null", "NULL"}
 def _from_yaml(node: Any, text: str) -> Node:
     if isinstance(node, yaml.ScalarNode):
         start, end = node.start_mark.index, node.end_mark.index
-        style = node.style
+        style = node.style or None  # the C loader reports a plain scalar as style ""
         value: Any = node.value
         if style is None and node.tag == "tag:yaml.org,2002:null" and value in _YAML_NULLS:
             value = None

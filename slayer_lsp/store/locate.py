@@ -34,13 +34,12 @@ def locate(storage: str | os.PathLike[str] | None = None) -> StoreLocation:
     """Pick the backend from a path or URI: ``sqlite://`` or a .db/.sqlite/.sqlite3 file is SQLite,
     ``yaml://`` or anything else is a YAML directory."""
     raw = os.fspath(storage) if storage is not None else default_storage()
-    if raw.startswith("sqlite:///"):
-        return StoreLocation("sqlite", Path(raw[len("sqlite://"):]).expanduser())
+    # absolute, so that file URIs (definitions, inspect locations) and cache keys never depend on the cwd
     if raw.startswith("sqlite://"):
-        return StoreLocation("sqlite", Path(raw[len("sqlite://"):]).expanduser())
+        return StoreLocation("sqlite", Path(raw[len("sqlite://"):]).expanduser().absolute())
     if raw.startswith("yaml://"):
-        return StoreLocation("yaml", Path(raw[len("yaml://"):]).expanduser())
-    path = Path(raw).expanduser()
+        return StoreLocation("yaml", Path(raw[len("yaml://"):]).expanduser().absolute())
+    path = Path(raw).expanduser().absolute()
     if path.suffix.lower() in SQLITE_SUFFIXES:
         return StoreLocation("sqlite", path)
     return StoreLocation("yaml", path)
