@@ -126,3 +126,15 @@ def test_max_results_never_reorders():
         full = [h.id for h in engine.search({**call, "max_results": 50}).results]
         for n in (1, 3, 7):
             assert [h.id for h in engine.search({**call, "max_results": n}).results] == full[:n]
+
+
+def test_graph_catches_up_lazily(store):
+    engine = Engine(store)
+    query = "MATCH (m:Memory)-[:MENTIONS]->(c:ModelColumn) WHERE c.id = 'jaffle.orders.status' RETURN m.id AS id"
+    before = {h.id for h in engine.search({"question": "orders", "cypher_filter": query, "max_results": 50}).results}
+    assert before == {"2", "6"}
+    (store / "memories/80.md").write_text("---\nentities:\n- jaffle.orders.status\nversion: 4\n---\norders again")
+    engine.refresh()
+    engine.compact()  # a compaction between the change and the next cypher call must not lose it
+    after = {h.id for h in engine.search({"question": "orders", "cypher_filter": query, "max_results": 50}).results}
+    assert after == {"2", "6", "80"}

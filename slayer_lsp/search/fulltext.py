@@ -97,8 +97,8 @@ class FullTextIndex:
 
     def sync(self, docs: dict[str, RenderedDoc]) -> None:
         """Make the index hold exactly ``docs``, touching only documents whose text changed."""
-        self.delete([c for c in self._members if c not in docs])
-        self.upsert(doc for cid, doc in docs.items() if self._digests.get(cid) != doc_digest(doc))
+        self.replace([c for c in self._members if c not in docs],
+                     [doc for cid, doc in docs.items() if self._digests.get(cid) != doc_digest(doc)])
 
     def manifest(self) -> tuple[int, list[str], dict[str, tuple[str, int, str]]]:
         with self._lock:
@@ -113,21 +113,29 @@ class FullTextIndex:
 
     def upsert(self, docs: Iterable[RenderedDoc]) -> None:
         """Add or replace documents, then commit (one commit per batch)."""
+        self.replace((), docs)
+
+    def _add_locked(self, doc: RenderedDoc) -> None:
+        self._delete_locked(doc.canonical)
+        tdoc = tantivy.Document()
+        tdoc.add_text("id", doc.canonical)
+        tdoc.add_unsigned("key", self._key_locked(doc.canonical))
+        tdoc.add_text("kind", doc.kind)
+        tdoc.add_text("canonical", doc.canonical)
+        tdoc.add_text("text", doc.text)
+        self._writer.add_document(tdoc)
+        group = "memory" if doc.kind == "memory" else "entity"
+        self._members[doc.canonical] = group
+        self._digests[doc.canonical] = doc_digest(doc)
+        self.kind_counts[group] += 1
+
+    def replace(self, removals: Iterable[str], docs: Iterable[RenderedDoc]) -> None:
+        """Delete some documents and add or replace others in one commit (one fsync when the index
+        lives on disk)."""
         with self._lock:
-            changed = False
+            changed = any([self._delete_locked(c) for c in removals])
             for doc in docs:
-                self._delete_locked(doc.canonical)
-                tdoc = tantivy.Document()
-                tdoc.add_text("id", doc.canonical)
-                tdoc.add_unsigned("key", self._key_locked(doc.canonical))
-                tdoc.add_text("kind", doc.kind)
-                tdoc.add_text("canonical", doc.canonical)
-                tdoc.add_text("text", doc.text)
-                self._writer.add_document(tdoc)
-                group = "memory" if doc.kind == "memory" else "entity"
-                self._members[doc.canonical] = group
-                self._digests[doc.canonical] = doc_digest(doc)
-                self.kind_counts[group] += 1
+                self._add_locked(doc)
                 changed = True
             if changed:
                 self._commit_locked()

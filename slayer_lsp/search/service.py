@@ -68,6 +68,7 @@ class SearchIndexes:
     _graph: Any = None
     cache: Any = None  # slayer_lsp.cache.StoreCache, or None
     dense: Any = None  # slayer_lsp.embed.worker.EmbeddingWorker (channel 3), or None
+    _graph_pending: frozenset[str] = frozenset()  # ids touched since the graph was last brought up to date
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _cache: dict[Any, Any] = field(default_factory=dict)  # per-snapshot derived values
 
@@ -109,27 +110,21 @@ class SearchIndexes:
                 elif docs.get(cid) != doc:
                     docs[cid] = doc
                     upserts.append(doc)
-            self.fulltext.delete(removals)
-            self.fulltext.upsert(upserts)
+            self.fulltext.replace(removals, upserts)
             for ds, index in list(self.by_datasource.items()):
                 if ds not in catalog.datasources:
                     del self.by_datasource[ds]
                     continue
-                index.delete([c for c in removals if c in index])
-                index.delete([u.canonical for u in upserts
-                              if u.canonical in index and ds not in _doc_scopes(catalog, u.canonical)])
-                index.upsert([u for u in upserts if ds in _doc_scopes(catalog, u.canonical)])
+                scoped = [u for u in upserts if ds in _doc_scopes(catalog, u.canonical)]
+                gone = [c for c in removals if c in index] + [
+                    u.canonical for u in upserts if u.canonical in index and ds not in _doc_scopes(catalog, u.canonical)]
+                index.replace(gone, scoped)
             if self.dense is not None:
                 _feed_dense(self.dense, catalog, touched, delta)
-            graph = self._graph
-            if graph is not None and not delta.empty:
-                try:
-                    graph.apply(catalog, delta)
-                except Exception as exc:  # a broken graph is rebuilt on next use, never fatal
-                    log.warning("graph update failed, will rebuild: %s", exc)
-                    graph = None
-            return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, graph,
-                                 cache=self.cache, dense=self.dense)
+            # the graph catches up on the next cypher_filter, not on every edit
+            pending = self._graph_pending | delta.touched if self._graph is not None else frozenset()
+            return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, self._graph,
+                                 cache=self.cache, dense=self.dense, _graph_pending=frozenset(pending))
 
     @property
     def needs_compaction(self) -> bool:
@@ -148,7 +143,7 @@ class SearchIndexes:
         if fulltext is not None:
             _save_manifest(self.cache, fulltext)
         return SearchIndexes(docs, fulltext or FullTextIndex(docs.values()), by_ds, self.graph_enabled,
-                             self._graph, cache=self.cache, dense=self.dense)
+                             self._graph, cache=self.cache, dense=self.dense, _graph_pending=self._graph_pending)
 
     def save_cache(self) -> None:
         """Record the live index's state so the next start reopens it (after incremental updates)."""
@@ -168,11 +163,23 @@ class SearchIndexes:
 
     def graph(self, catalog: Catalog):  # -> GraphIndex
         with self._lock:
+            if self._graph is not None and self._graph_pending:
+                try:
+                    self._graph.apply(catalog, Delta(changed=self._graph_pending))
+                except Exception as exc:  # a broken graph is rebuilt, never fatal
+                    log.warning("graph update failed, rebuilding: %s", exc)
+                    self._graph = None
+                self._graph_pending = frozenset()
             if self._graph is None:
                 from slayer_lsp.search.graph import GraphIndex
 
                 self._graph = GraphIndex.build(catalog)
             return self._graph
+
+    def warm(self, catalog: Catalog) -> None:
+        """Build what the first search after a change would otherwise build (run off the request
+        path): the whole-store tag corpus and memory scope."""
+        self.tag_corpus(catalog, None)
 
     def scoped_memories(self, catalog: Catalog, datasource: str | None) -> list[d.Memory]:
         """The memories a datasource filter keeps (a tag rooted at it), in storage order."""
