@@ -204,12 +204,19 @@ class Run:
     seconds: list[float]
 
 
-def run_ours(store: Path, calls: list[dict[str, Any]]) -> Run:
+def run_ours(store: Path, calls: list[dict[str, Any]], dense: bool = False) -> Run:
     from slayer_lsp.engine import Engine
     from slayer_lsp.search.types import SearchError
 
-    engine = Engine(store, use_cache=False, graph=False)
+    engine = Engine(store, use_cache=False, graph=False, dense="live" if dense else "off")
     engine.refresh()
+    if engine.dense is not None:  # rank with every vector: wait for the embedding backfill first
+        t0 = time.perf_counter()
+        engine.dense.wait_idle(timeout=None)
+        st = engine.dense.status()
+        print(f"[schema-linking] dense channel: {st.model}, {st.rows} vectors "
+              f"({st.embedded} embedded now, {st.reused} reused) in {time.perf_counter() - t0:.1f} s",
+              file=sys.stderr)
     run = Run([], [], [])
     for call in calls:
         t0 = time.perf_counter()
@@ -293,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-results", type=int, default=50)
     ap.add_argument("--evidence", action="store_true", help="append BIRD's evidence to the question")
     ap.add_argument("--with-slayer", action="store_true", help="also run motley-slayer on the same store")
+    ap.add_argument("--dense", action="store_true",
+                    help="add channel 3 (the offline embedding model; embeds the store's missing vectors first)")
     ap.add_argument("--json", type=Path, default=None, help="write figures and per-question ranks here")
     env.add_venv_option(ap)
     args = ap.parse_args(argv)
@@ -320,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[tuple[str, str], Run] = {}
     for s in scopes:
         print(f"[schema-linking] ours, scope {s} ...", file=sys.stderr)
-        runs[(s, "slayer-lsp")] = run_ours(store, calls_by_scope[s])
+        name = "slayer-lsp +dense" if args.dense else "slayer-lsp"
+        runs[(s, name)] = run_ours(store, calls_by_scope[s], dense=args.dense)
     if args.with_slayer:
         # One SLayer process for every scope: the searches of all scopes in one batch.
         print(f"[schema-linking] SLayer, {len(scopes) * len(questions)} searches in one process ...",
@@ -337,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, figures = [], []
     for s in scopes:
         for name, idx in subsets(questions):
-            for engine_name in ("slayer-lsp", "SLayer 1.4.1"):
+            for engine_name in ("slayer-lsp", "slayer-lsp +dense", "SLayer 1.4.1"):
                 run = runs.get((s, engine_name))
                 if run is None:
                     continue
