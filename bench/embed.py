@@ -212,6 +212,42 @@ def bench_table(n_rows: int, dim: int = 384) -> None:
                         title=f"SLayer's embeddings table ({dim}-d JSON rows, {size / n_rows / 1024:.1f} KiB a row)")
 
 
+def bench_three_channel(size: str, backend: str, repeat: int = 40) -> None:
+    """Warm latency of a search that runs all three channels on a generated store: a private copy is
+    embedded once (the vectors land in its embeddings table, so a second run reuses them), then
+    questions rotate with random entity pairs."""
+    from slayer_lsp.engine import Engine
+
+    models, memories = (int(x) for x in size.split("x"))
+    store = env.copy_store(env.generated_store(models, memories, backend), env.work_dir() / "scratch" /
+                           f"three-channel-{size}-{backend}")
+    t0 = time.perf_counter()
+    engine = Engine(store, dense="live", use_cache=False)
+    engine.refresh()
+    engine.dense.wait_idle(timeout=None)
+    st = engine.dense.status()
+    print(f"\n## three-channel search, {size} {backend}: {st.rows} vectors ready in "
+          f"{time.perf_counter() - t0:.1f} s ({st.embedded} embedded now, {st.reused} reused)")
+    ids = [c for c in engine.catalog.searchable_ids() if c.count(".") == 2]
+    rng = random.Random(7)
+    timings: dict[str, list[float]] = {"question": [], "question+entities": [], "question+datasource": []}
+    ds = sorted(engine.catalog.datasources)[0]
+    for i in range(repeat):
+        q = QUESTIONS[i % len(QUESTIONS)]
+        for variant, call in (("question", {"question": q}),
+                              ("question+entities", {"question": q, "entities": rng.sample(ids, 2)}),
+                              ("question+datasource", {"question": q, "datasource": ds})):
+            t = time.perf_counter()
+            resp = engine.search(call)
+            timings[variant].append(time.perf_counter() - t)
+            assert resp.results
+    for variant, values in timings.items():
+        print(f"| {variant:20} | p50 {statistics.median(values) * 1000:6.1f} ms | "
+              f"p99 {percentile(values, 0.99) * 1000:6.1f} ms |")
+    print("target: p50 <= 15 ms at 1000x5000")
+    engine.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=1000)
@@ -220,7 +256,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (default: its own)")
     parser.add_argument("--skip-model", action="store_true", help="only the index and table figures")
+    parser.add_argument("--three-channel", metavar="MODELSxMEMORIES", default=None,
+                        help="also time searches with all three channels on a generated store (e.g. 1000x5000; "
+                             "embeds its ~26k documents once, several minutes on 2 cores)")
+    parser.add_argument("--backend", choices=["yaml", "sqlite"], default="sqlite")
     args = parser.parse_args()
+    if args.three_channel:
+        bench_three_channel(args.three_channel, args.backend)
+        return
     if not args.skip_model:
         bench_model(args.texts, args.queries, args.threads)
     bench_topk(args.vectors)

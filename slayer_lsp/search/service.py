@@ -181,6 +181,10 @@ class SearchIndexes:
         path): the whole-store tag corpus and memory scope."""
         self.tag_corpus(catalog, None)
 
+    def scoped_memory_ids(self, catalog: Catalog, datasource: str | None) -> frozenset[str]:
+        return self._cached(("memory ids", datasource),
+                            lambda: frozenset(m.id for m in self.scoped_memories(catalog, datasource)))
+
     def scoped_memories(self, catalog: Catalog, datasource: str | None) -> list[d.Memory]:
         """The memories a datasource filter keeps (a tag rooted at it), in storage order."""
         return self._cached(("memories", datasource), lambda: _scoped_memories(catalog, datasource))
@@ -349,7 +353,8 @@ def _text_ranking(index: FullTextIndex, query, *, memories: bool, allow, exact: 
 def _fused_hits(rankings: list[tuple[list[str], bool]], depth: int, build, max_results: int  # noqa: ANN001
                 ) -> list[SearchHit] | None:
     """Fuse and cut to ``max_results``; None when rankings fetched only ``depth`` deep could still
-    change the answer (a left-out rank adds at most 1/(k+depth+1) per truncated ranking), in which
+    change the answer (a left-out rank adds at most 1/(k+depth+1) per truncated ranking that could
+    hold the document: memory rankings hold only memories, entity rankings only entities), in which
     case the caller fetches everything. So the answer is always the full ranking's, whatever
     ``max_results`` is: the cut never reorders what is above it."""
     fused = _fuse([r for r, _ in rankings])
@@ -362,22 +367,25 @@ def _fused_hits(rankings: list[tuple[list[str], bool]], depth: int, build, max_r
             picked.append(i)
             if len(results) >= max_results:
                 break
-    partial = [set(r) for r, truncated in rankings if truncated]
-    if not partial:
+    partial: dict[bool, list[set[str]]] = {True: [], False: []}  # is-memory -> truncated rankings
+    for r, truncated in rankings:
+        if truncated:
+            partial[is_memory_ref(r[0])].append(set(r))
+    if not partial[True] and not partial[False]:
         return results
     if len(results) < max_results:
         return None
     gap = 1.0 / (RRF_K + depth + 1)
 
-    def slack(key: str) -> float:  # how much a key's true score may exceed the fused one
-        return gap * sum(1 for seen in partial if key not in seen)
+    def slack(key: str) -> float:  # how much a key's true score may exceed its fused one
+        return gap * sum(1 for seen in partial[is_memory_ref(key)] if key not in seen)
 
     for a, b in zip(picked, picked[1:], strict=False):
         (_, sa), (kb, sb) = fused[a], fused[b]
         if slack(kb) and sa <= sb + slack(kb):
             return None
     last = fused[picked[-1]][1]
-    if last <= gap * len(partial):  # a document no fetched ranking holds could still overtake
+    if last <= gap * max(len(partial[True]), len(partial[False])):  # an unfetched document could overtake
         return None
     return results if all(s + slack(k) < last for k, s in fused[picked[-1] + 1:]) else None
 
@@ -418,7 +426,7 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
         return _recency(catalog, ds, candidate_ids, kind_filter, max_results, warnings, params.compact)
 
     scoped = indexes.scoped_memories(catalog, ds)
-    scoped_ids = {m.id for m in scoped}
+    scoped_ids = indexes.scoped_memory_ids(catalog, ds)
     if ds is not None:
         warnings.extend(f"{c} is not rooted at datasource {ds!r}; dropped." for c in inputs
                         if is_memory_ref(c) and memory_id_of(c) not in scoped_ids)
