@@ -350,6 +350,11 @@ def _text_ranking(index: FullTextIndex, query, *, memories: bool, allow, exact: 
     return ranked, truncated
 
 
+def _initial_depth(max_results: int) -> int:
+    """How deep full-text rankings are fetched first; deeper only when the answer could change."""
+    return max(100, 5 * max_results)
+
+
 def _fused_hits(rankings: list[tuple[list[str], bool]], depth: int, build, max_results: int  # noqa: ANN001
                 ) -> list[SearchHit] | None:
     """Fuse and cut to ``max_results``; None when rankings fetched only ``depth`` deep could still
@@ -479,7 +484,7 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
     def build(key: str, score: float) -> SearchHit | None:
         return _hit(catalog, indexes, key, score, inputs, valid, candidate_ids, kind_filter, params.compact)
 
-    depth = max(100, 5 * max_results)
+    depth = _initial_depth(max_results)
     results = _fused_hits(rankings(depth), depth, build, max_results)
     if results is None:
         results = _fused_hits(rankings(TEXT_DEPTH), TEXT_DEPTH, build, max_results) or []
