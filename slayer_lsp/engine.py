@@ -101,6 +101,7 @@ class Engine:
 
                     cache = StoreCache.for_location(self.location)
                 indexes = SearchIndexes.build(catalog, graph=self._graph_enabled, cache=cache)
+                indexes.ram_live = self._compact_after_s is not None  # long-lived: edits commit in RAM
                 indexes.dense = self.dense = self._start_dense(catalog) if read.fatal is None else None
                 if read.fatal is None:
                     self._reader.save_cache()

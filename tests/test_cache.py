@@ -96,3 +96,24 @@ def test_cache_can_be_turned_off(store, monkeypatch, tmp_path):
     engine.refresh()
     engine.close()
     assert not (tmp_path / "cache").exists()
+
+
+def test_long_lived_engine_goes_live_in_memory_and_leaves_a_snapshot(store, monkeypatch):
+    import time
+
+    engine = Engine(store, compact_after_s=0.05)
+    expected = _answers(engine)
+    deadline = time.monotonic() + 30
+    while engine.state.search.fulltext.path is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.state.search.fulltext.path is None  # edits now commit in RAM, no fsync
+    assert _answers(engine) == expected
+    mem = store / "memories/3.md"
+    mem.write_text(mem.read_text().replace("Chicago", "Zebracorn City"))
+    engine.refresh([str(mem)])
+    assert [h.id for h in engine.search({"question": "zebracorn"}).results] == ["3"]
+    engine.close()
+    parses = _count_parses(monkeypatch)
+    restarted = Engine(store)
+    assert [h.id for h in restarted.search({"question": "zebracorn"}).results] == ["3"]
+    assert len(parses) <= 1  # the snapshot plus the one changed file, not a rebuild

@@ -25,7 +25,9 @@ only a bare leaf name consults a per-catalog leaf index, built once and cached o
 
 from __future__ import annotations
 
+import bisect
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -140,8 +142,138 @@ def _build_index(catalog: Catalog) -> _Index:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _ModelFacts:
+    """What one model document contributes to the index."""
+
+    doc: object  # the StoredDoc, compared by identity: derive() keeps unchanged documents
+    datasource: str
+    name: str
+    leaves: tuple[str, ...]
+    joins: tuple[tuple[str, d.Join], ...]  # (target, join) of its joins to other models, declared order
+
+
+def _model_facts(catalog: Catalog) -> dict[object, _ModelFacts]:
+    """Per model document key, what it adds to the index."""
+    out: dict[object, _ModelFacts] = {}
+    for key, doc in catalog.docs.items():
+        if key.kind == "model":
+            model = doc.value
+            if isinstance(model, d.Model):
+                out[key] = _facts(catalog, key.name, doc, model)
+    return out
+
+
+def _facts(catalog: Catalog, mid: str, doc: object, model: d.Model) -> _ModelFacts:
+    return _ModelFacts(doc, model.data_source or "", model.name,
+                       tuple(leaf_id[len(mid) + 1:] for leaf_id in catalog.children(mid)),
+                       tuple((j.target_model, j) for j in model.joins if j.target_model != model.name))
+
+
+class _LastIndex:
+    """The index built last, with the model facts it came from, so that the next snapshot of the
+    same store updates it for the models that changed instead of walking every leaf again (the
+    first bare name after a one-model edit would otherwise pay for the whole store)."""
+
+    lock = threading.Lock()
+    location: object = None
+    facts: dict[object, _ModelFacts] = {}
+    index: _Index | None = None
+
+
 def _index(catalog: Catalog) -> _Index:
-    return catalog._lazy("resolver.index", lambda: _build_index(catalog))
+    return catalog._lazy("resolver.index", lambda: _index_for(catalog))
+
+
+def _index_for(catalog: Catalog) -> _Index:
+    with _LastIndex.lock:
+        location, facts, index = _LastIndex.location, _LastIndex.facts, _LastIndex.index
+    if index is None or location != catalog.location:
+        new_facts = _model_facts(catalog)
+        index = _build_index(catalog)
+    else:
+        new_facts, index = _updated_index(catalog, facts, index)
+    with _LastIndex.lock:
+        _LastIndex.location, _LastIndex.facts, _LastIndex.index = catalog.location, new_facts, index
+    return index
+
+
+def _updated_index(catalog: Catalog, old_facts: dict[object, _ModelFacts],
+                   index: _Index) -> tuple[dict[object, _ModelFacts], _Index]:
+    """``index`` (built from ``old_facts``) brought to ``catalog``: equal to ``_build_index(catalog)``.
+    Copy-on-write: the old index stays valid for requests still answering from the old snapshot."""
+    new_facts: dict[object, _ModelFacts] = {}
+    gone: list[_ModelFacts] = []
+    came: list[_ModelFacts] = []
+    for key, doc in catalog.docs.items():
+        if key.kind != "model" or not isinstance(doc.value, d.Model):
+            continue
+        old = old_facts.get(key)
+        if old is not None and old.doc is doc:
+            new_facts[key] = old
+            continue
+        new_facts[key] = fresh = _facts(catalog, key.name, doc, doc.value)
+        came.append(fresh)
+        if old is not None:
+            gone.append(old)
+    gone.extend(f for key, f in old_facts.items() if key not in new_facts)
+    if not gone and not came:
+        return new_facts, index
+    if len(gone) + len(came) > max(64, len(new_facts) // 4):  # a large change: a fresh build is cheaper
+        return new_facts, _build_index(catalog)
+
+    owners = dict(index.leaf_owners)
+    touched_owners: dict[tuple[str, str], list[str]] = {}
+
+    def owner_list(leaf: str, ds: str) -> list[str]:
+        key = (leaf, ds)
+        if key not in touched_owners:
+            touched_owners[key] = list(owners.get(leaf, {}).get(ds, ()))
+        return touched_owners[key]
+
+    incoming = dict(index.incoming)
+    touched_incoming: dict[tuple[str, str], list[tuple[str, d.Join]]] = {}
+
+    def incoming_list(ds: str, target: str) -> list[tuple[str, d.Join]]:
+        key = (ds, target)
+        if key not in touched_incoming:
+            touched_incoming[key] = list(incoming.get(key, ()))
+        return touched_incoming[key]
+
+    for f in gone:
+        for leaf in f.leaves:
+            names = owner_list(leaf, f.datasource)
+            names[:] = [n for n in names if n != f.name]
+        for target, _ in f.joins:
+            entries = incoming_list(f.datasource, target)
+            entries[:] = [e for e in entries if e[0] != f.name]
+    for f in came:
+        for leaf in f.leaves:
+            bisect.insort(owner_list(leaf, f.datasource), f.name)
+        mine: dict[str, list[tuple[str, d.Join]]] = {}
+        for target, join in f.joins:
+            mine.setdefault(target, []).append((f.name, join))
+        for target, entries_of_mine in mine.items():
+            entries = incoming_list(f.datasource, target)
+            at = next((k for k, e in enumerate(entries) if e[0] > f.name), len(entries))
+            entries[at:at] = entries_of_mine
+
+    for (leaf, ds), names in touched_owners.items():
+        by_ds = dict(owners.get(leaf, {}))
+        if names:
+            by_ds[ds] = tuple(names)
+        else:
+            by_ds.pop(ds, None)
+        if by_ds:
+            owners[leaf] = by_ds
+        else:
+            owners.pop(leaf, None)
+    for key, entries in touched_incoming.items():
+        if entries:
+            incoming[key] = tuple(entries)
+        else:
+            incoming.pop(key, None)
+    return new_facts, _Index(owners, incoming)
 
 
 # ------------------------------------------------------------------------------------------- helpers

@@ -18,13 +18,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _QuietInvalidParams(logging.Filter):
-    """pygls logs a traceback for every error response; a refused request is not a server fault."""
+    """pygls logs a traceback for every error response; a refused request (bad params, a write the
+    store refused) is not a server fault. Internal errors (-32603) keep their traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from pygls.exceptions import JsonRpcInvalidParams
+        from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 
         exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, JsonRpcInvalidParams)
+        return not isinstance(exc, JsonRpcException) or isinstance(exc, JsonRpcInternalError) \
+            or exc.code == JsonRpcInternalError.CODE
 
 
 def serve(argv: list[str] | None = None) -> int:
@@ -50,4 +52,5 @@ def serve(argv: list[str] | None = None) -> int:
     finally:
         if server.watcher is not None:
             server.watcher.stop(timeout=1.0)
+        server.close_engines()  # an exit without shutdown still saves the caches
     return 0

@@ -49,7 +49,11 @@ class FilesOptions:
 
 @dataclass(frozen=True)
 class EmbeddingOptions:
-    model: str | None = None  # kept for the dense search channel; None = the engine's default
+    """The dense search channel (embeddings computed in the background by the daemon)."""
+
+    enable: bool = True  # false: lexical channels only (no model is loaded; tests and small machines)
+    model: str | None = None  # None = $SLAYER_EMBEDDING_MODEL, else the bundled offline model
+    switch_model: bool = False  # let this model replace another model's stored vectors (re-embeds all)
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,8 @@ class Options:
             "diagnostics": {"enable": self.diagnostics.enable, "debounceMs": self.diagnostics.debounce_ms},
             "files": {"queryPatterns": list(self.files.query_patterns),
                       "memoryPatterns": list(self.files.memory_patterns)},
-            "embedding": {"model": self.embedding.model},
+            "embedding": {"enable": self.embedding.enable, "model": self.embedding.model,
+                          "switchModel": self.embedding.switch_model},
             "scope": {"datasources": list(self.scope.datasources), "accessTags": list(self.scope.access_tags)},
             "hover": {"maxChars": self.hover.max_chars},
         }
@@ -214,7 +219,10 @@ def parse_options(raw: Any, base: Options | None = None) -> tuple[Options, list[
                                     base.files.memory_patterns, _str_list(non_empty=False)),
         ),
         embedding=EmbeddingOptions(
-            model=p.value(emb, "embedding.model", "model", base.embedding.model, _optional_str)),
+            enable=p.value(emb, "embedding.enable", "enable", base.embedding.enable, _bool),
+            model=p.value(emb, "embedding.model", "model", base.embedding.model, _optional_str),
+            switch_model=p.value(emb, "embedding.switchModel", "switch_model", base.embedding.switch_model,
+                                 _bool)),
         scope=ScopeOptions(
             datasources=p.value(scope, "scope.datasources", "datasources", base.scope.datasources,
                                 _str_list(non_empty=False)),

@@ -8,10 +8,14 @@ Nothing but protocol goes to stdout (``serve`` points ``sys.stdout`` at stderr f
 
 Custom requests (also ``workspace/executeCommand`` commands with a dot instead of the slash):
 ``slayer/search`` (SearchParams -> SearchResponse), ``slayer/inspect`` (``{"refs": [...]}``),
-``slayer/status`` (``{}``). Their params are validated here; invalid ones answer -32602.
+``slayer/status`` (``{}``), ``slayer/saveMemory`` (``{learning, entities | query, id?, description?}``
+-> ``{id, entities, created, warnings}``) and ``slayer/forgetMemory`` (``{id}`` -> ``{forgotten}``).
+Their params are validated here; invalid ones answer -32602. A write is followed by a refresh of the
+engine before the answer, so the next request sees it without waiting for the watcher.
 
-The store watcher waits for ``SLAYER_LSP_WATCH_QUIET_MS`` (default 100) ms without further change
-before re-reading the store.
+The engine runs the dense search channel in the background (``embedding.enable``, default on). The
+store watcher waits for ``SLAYER_LSP_WATCH_QUIET_MS`` (default 50) ms without further change before
+re-reading the store, and tells the engine which paths changed.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,10 +46,13 @@ from slayer_lsp.analysis import documents as dm
 from slayer_lsp.analysis import hover as hov
 from slayer_lsp.analysis import navigation as nav
 from slayer_lsp.lsp.options import Options, parse_options
+from slayer_lsp.lsp.watcher import document_paths
 
 log = logging.getLogger(__name__)
 
-CUSTOM_METHODS = ("slayer/search", "slayer/inspect", "slayer/status")
+CUSTOM_METHODS = ("slayer/search", "slayer/inspect", "slayer/status", "slayer/saveMemory", "slayer/forgetMemory")
+DEFAULT_WATCH_QUIET_MS = 50  # SLayer lands each document with one atomic rename
+COMPACT_AFTER_S = 2.0  # quiet time after a store change before the full-text statistics are rebuilt
 TRIGGER_CHARACTERS = [".", ":", "(", '"']
 WORKSPACE_SYMBOL_LIMIT = 50
 CONFIG_SECTIONS = ("slayerLsp", "slayer")  # asked for with workspace/configuration, first non-empty wins
@@ -59,6 +67,21 @@ _COMPLETION_KIND = {"datasource": t.CompletionItemKind.Module, "model": t.Comple
 _SYMBOL_KIND = {"datasource": t.SymbolKind.Namespace, "model": t.SymbolKind.Class, "column": t.SymbolKind.Field,
                 "measure": t.SymbolKind.Property, "aggregation": t.SymbolKind.Function,
                 "join": t.SymbolKind.Interface, "memory": t.SymbolKind.File}
+
+
+def watch_quiet_ms() -> int:
+    """``$SLAYER_LSP_WATCH_QUIET_MS`` (0..10000), else 50; a bad value is logged and ignored."""
+    raw = os.environ.get("SLAYER_LSP_WATCH_QUIET_MS", "").strip()
+    if raw:
+        try:
+            value = int(raw)
+            if 0 <= value <= 10_000:
+                return value
+        except ValueError:
+            pass
+        log.warning("SLAYER_LSP_WATCH_QUIET_MS=%r is not a number of milliseconds (0..10000); using %d",
+                    raw, DEFAULT_WATCH_QUIET_MS)
+    return DEFAULT_WATCH_QUIET_MS
 
 
 def _converter():  # type: ignore[no-untyped-def]
@@ -128,6 +151,11 @@ class SlayerLanguageServer(LanguageServer):
         self._parsed: dict[str, tuple[int | None, str, dm.ParsedDocument]] = {}
         self._diagnosed: dict[str, tuple[dm.ParsedDocument, object, list[diag.DiagnosticData]]] = {}
         self._parse_lock = threading.Lock()
+        # Re-checking every open document after a store change must not take the worker threads
+        # requests run on: diagnostics get a lane of their own, one document at a time.
+        self._diagnostics_lane = ThreadPoolExecutor(1, thread_name_prefix="slayer-diagnostics")
+        self._retired: list[Any] = []  # engines replaced by an option change, closed before the next indexes
+        self._closed: set[int] = set()
         self.indexing = False
         self.started = time.time()
 
@@ -139,21 +167,27 @@ class SlayerLanguageServer(LanguageServer):
 
     def apply_options(self, raw: Any, *, initial: bool) -> list[str]:
         opts, problems = parse_options(raw, None if initial else self.options)
-        old_storage = self.storage
+        old_storage, old_embedding = self.storage, self.options.embedding
         self.options = opts
         self.option_problems = problems
-        if initial or self.storage != old_storage:
+        if initial or self.storage != old_storage or opts.embedding != old_embedding:
             self._make_engine()
         return problems
 
     def _make_engine(self) -> None:
+        """A new engine for the current storage and embedding options. The one it replaces is closed
+        (caches saved, embedding worker stopped) before the new one indexes."""
         from slayer_lsp.engine import Engine
 
         if self.watcher is not None:
             self.watcher.stop(timeout=0.5)
             self.watcher = None
+        if self.engine is not None:
+            self._retired.append(self.engine)
+        emb = self.options.embedding
         try:
-            self.engine = Engine(self.storage)
+            self.engine = Engine(self.storage, dense="live" if emb.enable else "off", embedding_model=emb.model,
+                                 switch_model=emb.switch_model, compact_after_s=COMPACT_AFTER_S)
             self.engine_error = None
         except Exception as exc:  # noqa: BLE001 - a bad storage option must not kill the server
             log.exception("cannot open the store %r", self.storage)
@@ -161,6 +195,17 @@ class SlayerLanguageServer(LanguageServer):
         self._index_task = None
         if self._ready is not None:
             self._ready.clear()
+
+    def close_engines(self) -> None:
+        """Close the current engine and any retired one (shutdown/exit; blocking, so off the loop)."""
+        engines, self._retired = [*self._retired, self.engine], []
+        for engine in engines:
+            if engine is not None and id(engine) not in self._closed:
+                self._closed.add(id(engine))
+                try:
+                    engine.close()
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    log.exception("closing the engine of %s failed", engine.location)
 
     def log_effective_config(self) -> None:
         import json
@@ -213,6 +258,11 @@ class SlayerLanguageServer(LanguageServer):
     async def _initial_index(self) -> None:
         engine = self.engine
         self.indexing = True
+        retired, self._retired = self._retired, []
+        for old in retired:  # its caches and embedding rows are saved before the new engine reads them
+            if id(old) not in self._closed:
+                self._closed.add(id(old))
+                await asyncio.to_thread(old.close)
         token: str | None = None
         if self._supports_progress():
             token = f"slayer-index-{uuid.uuid4().hex[:8]}"
@@ -249,17 +299,17 @@ class SlayerLanguageServer(LanguageServer):
 
         if self.watcher is not None or self.engine is None:
             return
-        quiet = int(os.environ.get("SLAYER_LSP_WATCH_QUIET_MS", "100"))
-        self.watcher = StoreWatcher(self.engine.location, self._on_store_change, quiet_ms=quiet)
+        self.watcher = StoreWatcher(self.engine.location, self._on_store_change, quiet_ms=watch_quiet_ms())
         self.watcher.start()
 
     def _on_store_change(self, paths: set[str]) -> None:
-        """Watcher thread: re-read the store, then re-check the open documents on the loop."""
+        """Watcher thread: re-read the store (only the changed documents, when the watcher saw exactly
+        which), then re-check the open documents on the loop."""
         engine = self.engine
         if engine is None:
             return
         t0 = time.perf_counter()
-        delta = engine.refresh()
+        delta = engine.refresh(document_paths(engine.location, paths))
         log.info("store changed (%d path(s)): %d entities touched in %.0f ms", len(paths), len(delta.touched),
                  (time.perf_counter() - t0) * 1000)
         if self.loop is not None and not delta.empty:
@@ -373,7 +423,7 @@ class SlayerLanguageServer(LanguageServer):
             return
         if not await self.ready():
             return
-        found = await asyncio.to_thread(self.diagnose, snap)
+        found = await asyncio.get_running_loop().run_in_executor(self._diagnostics_lane, self.diagnose, snap)
         current = self.snapshot(uri)
         if current is None or current.version != snap.version:
             return  # edited meanwhile: the newer edit has its own timer
@@ -452,12 +502,13 @@ def initialized(ls: SlayerLanguageServer, params: t.InitializedParams) -> None:
 
 
 @server.feature(t.SHUTDOWN)
-def shutdown(ls: SlayerLanguageServer, params: Any) -> None:
+async def shutdown(ls: SlayerLanguageServer, params: Any) -> None:
     if ls.watcher is not None:
         ls.watcher.stop(timeout=1.0)
         ls.watcher = None
     for task in ls._pending.values():
         task.cancel()
+    await asyncio.to_thread(ls.close_engines)
 
 
 @server.feature(t.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -465,12 +516,12 @@ async def did_change_configuration(ls: SlayerLanguageServer, params: t.DidChange
     settings = params.settings
     if settings is None:  # a client in the pull model: ask for our section
         settings = await ls.pull_configuration()
-    old_storage = ls.storage
+    old_engine = ls.engine
     problems = ls.apply_options(settings, initial=False)
     ls.log_effective_config()
     for p in problems:
         ls.show(f"option ignored: {p}")
-    if ls.storage != old_storage:
+    if ls.engine is not old_engine:  # another store, or other embedding options
         ls.ensure_indexing()
     ls._parsed.clear()
     ls._diagnosed.clear()
@@ -765,37 +816,165 @@ async def do_inspect(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
 
 
 async def do_status(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    """``slayer-lsp status``'s report of the engine (once the first index is done) plus what only the
+    server knows: readiness, options, open documents, the watcher. Answers at once, even mid-index."""
+    import msgspec
+
+    from slayer_lsp.status import engine_status
+
     raw = _object_params("slayer/status", params)
     if raw:
         raise JsonRpcInvalidParams(f"slayer/status: takes no parameters, got {sorted(raw)}")
     engine = ls.engine
     state = ls.current_state()
-    out: dict[str, Any] = {
-        "version": __version__,
-        "storage": str(engine.location) if engine is not None else None,
-        "backend": engine.location.backend if engine is not None else None,
+    out: dict[str, Any] = {"version": __version__}
+    if engine is not None:
+        out.update(store=str(engine.location.path), backend=engine.location.backend)
+    if state is not None:
+        def report() -> dict[str, Any]:
+            data = msgspec.to_builtins(engine_status(engine))
+            stats = engine.stats
+            data.update(refreshes=stats.refreshes, last_delta_size=stats.last_delta_size,
+                        issues=[str(i) for i in state.catalog.issues][:50])
+            return data
+
+        out.update(await asyncio.to_thread(report))
+    out.update({
         "ready": state is not None,
         "indexing": ls.indexing,
-        "error": ls.engine_error,
+        "server_error": ls.engine_error,
         "options": ls.options.to_dict(),
         "option_problems": list(ls.option_problems),
         "open_documents": len(ls.workspace.text_documents),
         "watching": str(ls.watcher.watching) if ls.watcher is not None and ls.watcher.running else None,
         "uptime_s": round(time.time() - ls.started, 1),
-    }
-    if state is not None:
-        cat = state.catalog
-        counts: dict[str, int] = {}
-        for ent in cat.entities.values():
-            counts[ent.kind] = counts.get(ent.kind, 0) + 1
-        stats = engine.stats
-        out.update({
-            "generation": cat.generation, "entities": counts, "fatal": cat.fatal,
-            "load_issues": [str(i) for i in cat.issues][:50],
-            "refreshes": stats.refreshes, "last_refresh_ms": round(stats.last_refresh_s * 1000, 1),
-            "last_delta_size": stats.last_delta_size,
-        })
+    })
     return out
+
+
+# ---------------------------------------------------------------------- memory writes
+
+_SAVE_FIELDS = ("learning", "entities", "query", "linked_entities", "id", "description")
+_STORE_FAILURES = ("timed out after", "no SLayer", "cannot be read", "unreadable created_at",
+                   "open it once with SLayer", "was deleted but")
+
+
+def _write_error(method: str, exc: Exception) -> JsonRpcException:
+    """A refused write as a JSON-RPC error carrying the writer's message: -32602 when the input is
+    at fault (an unresolvable reference, a bad id, ...), -32803 (RequestFailed) when the store is
+    (I/O, lock timeout, an unreadable or legacy store)."""
+    import sqlite3
+
+    cause = exc.__cause__
+    store_side = isinstance(cause, (OSError, sqlite3.Error)) or (
+        getattr(exc, "reference", None) is None and any(m in str(exc) for m in _STORE_FAILURES))
+    if store_side:
+        return JsonRpcException(f"{method}: {exc}", code=t.LSPErrorCodes.RequestFailed.value)
+    return JsonRpcInvalidParams(f"{method}: {exc}")
+
+
+def _save_params(raw: dict[str, Any]) -> dict[str, Any]:
+    """The writer's keyword arguments from ``slayer/saveMemory`` params; wrong types answer -32602.
+    SLayer's own spelling is accepted too: ``linked_entities`` is a list (entities) or an object (a
+    query)."""
+    method = "slayer/saveMemory"
+    unknown = sorted(set(raw) - set(_SAVE_FIELDS))
+    if unknown:
+        raise JsonRpcInvalidParams(f"{method}: unknown parameter(s) {unknown}; expected {list(_SAVE_FIELDS)}")
+    learning = raw.get("learning")
+    if not isinstance(learning, str):
+        raise JsonRpcInvalidParams(f"{method}: 'learning' must be a string, got {_json_type(learning)}")
+    entities, query = raw.get("entities"), raw.get("query")
+    if "linked_entities" in raw:
+        if entities is not None or query is not None:
+            raise JsonRpcInvalidParams(f"{method}: give 'linked_entities' or 'entities'/'query', not both")
+        linked = raw["linked_entities"]
+        entities, query = (None, linked) if isinstance(linked, dict) else (linked, None)
+    if entities is not None and not (isinstance(entities, list) and all(isinstance(e, str) for e in entities)):
+        raise JsonRpcInvalidParams(f"{method}: 'entities' must be a list of strings, got {_json_type(entities)}")
+    if query is not None and not isinstance(query, dict):
+        raise JsonRpcInvalidParams(f"{method}: 'query' must be an object, got {_json_type(query)}")
+    if entities is None and query is None:
+        raise JsonRpcInvalidParams(f"{method}: give 'entities' (a list of references) or 'query' (an object)")
+    memory_id = raw.get("id")
+    if memory_id is not None and (isinstance(memory_id, bool) or not isinstance(memory_id, (str, int))):
+        raise JsonRpcInvalidParams(f"{method}: 'id' must be a string or an integer, got {_json_type(memory_id)}")
+    description = raw.get("description")
+    if description is not None and not isinstance(description, str):
+        raise JsonRpcInvalidParams(f"{method}: 'description' must be a string, got {_json_type(description)}")
+    return {"learning": learning, "entities": entities, "query": query, "id": memory_id,
+            "description": description}
+
+
+def _json_type(value: Any) -> str:
+    return {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+async def _writable_state(ls: SlayerLanguageServer, method: str):  # type: ignore[no-untyped-def]
+    if not await ls.ready():
+        raise JsonRpcException(f"{method}: no store ({ls.engine_error})", code=t.LSPErrorCodes.RequestFailed.value)
+    state = ls.current_state()
+    if state is None or state.catalog.fatal is not None:
+        reason = state.catalog.fatal if state is not None else "not indexed"
+        raise JsonRpcException(f"{method}: the store cannot be read ({reason})",
+                               code=t.LSPErrorCodes.RequestFailed.value)
+    return ls.engine, state
+
+
+async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    """Save (or upsert) a memory exactly as SLayer would, then refresh the engine so that the next
+    search, hover or diagnostic sees it."""
+    from slayer_lsp.store.writer import MemoryWriteError, save_memory
+
+    method = "slayer/saveMemory"
+    kwargs = _save_params(_object_params(method, params))
+    engine, state = await _writable_state(ls, method)
+
+    def work() -> dict[str, Any]:
+        try:
+            saved = save_memory(engine.location, state.catalog, **kwargs)
+        except MemoryWriteError as exc:
+            raise _write_error(method, exc) from exc
+        changed = None
+        if engine.location.backend == "yaml":
+            changed = [str(engine.location.path / "memories" / f"{saved.id}.md")]
+        engine.refresh(changed)
+        return {"id": saved.id, "entities": list(saved.entities), "created": saved.created,
+                "warnings": list(saved.warnings)}
+
+    result = await asyncio.to_thread(work)
+    ls.republish_all()
+    return result
+
+
+async def do_forget_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    """Forget a memory (and its ``memory:<id>`` tags on other memories, and its embedding rows) as
+    SLayer would, then refresh the engine. ``{"forgotten": false}`` when no such memory exists."""
+    from slayer_lsp.store.writer import MemoryWriteError, forget_memory
+
+    method = "slayer/forgetMemory"
+    raw = _object_params(method, params)
+    unknown = sorted(set(raw) - {"id"})
+    if unknown:
+        raise JsonRpcInvalidParams(f"{method}: unknown parameter(s) {unknown}; expected ['id']")
+    memory_id = raw.get("id")
+    if isinstance(memory_id, bool) or not isinstance(memory_id, (str, int)):
+        raise JsonRpcInvalidParams(f"{method}: 'id' must be a string or an integer, got {_json_type(memory_id)}")
+    engine, state = await _writable_state(ls, method)
+
+    def work() -> dict[str, Any]:
+        try:
+            forgotten = forget_memory(engine.location, state.catalog, memory_id)
+        except MemoryWriteError as exc:
+            raise _write_error(method, exc) from exc
+        if forgotten:
+            engine.refresh()  # other memories may have lost a tag: re-list rather than guess which
+        return {"forgotten": forgotten}
+
+    result = await asyncio.to_thread(work)
+    ls.republish_all()
+    return result
 
 
 @server.feature("slayer/search")
@@ -811,6 +990,16 @@ async def slayer_inspect(ls: SlayerLanguageServer, params: Any) -> dict[str, Any
 @server.feature("slayer/status")
 async def slayer_status(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     return await do_status(ls, params)
+
+
+@server.feature("slayer/saveMemory")
+async def slayer_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    return await do_save_memory(ls, params)
+
+
+@server.feature("slayer/forgetMemory")
+async def slayer_forget_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    return await do_forget_memory(ls, params)
 
 
 def _command_params(name: str, args: tuple[Any, ...]) -> Any:
@@ -834,3 +1023,15 @@ async def cmd_inspect(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
 @server.command("slayer.status")
 async def cmd_status(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
     return await do_status(ls, _command_params("slayer.status", args))
+
+
+@server.command("slayer.saveMemory")
+async def cmd_save_memory(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
+    return await do_save_memory(ls, _command_params("slayer.saveMemory", args))
+
+
+@server.command("slayer.forgetMemory")
+async def cmd_forget_memory(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
+    if len(args) == 1 and isinstance(args[0], (str, int)) and not isinstance(args[0], bool):  # the id alone
+        return await do_forget_memory(ls, {"id": args[0]})
+    return await do_forget_memory(ls, _command_params("slayer.forgetMemory", args))

@@ -4,15 +4,20 @@ A YAML store is watched recursively (SLayer's dot-prefixed temp files, its lock 
 embeddings database are ignored: only the atomic rename that lands a document counts). A SQLite
 store is watched through its directory, for the database file and its ``-journal``/``-wal``. A store
 that does not exist yet is watched through its nearest existing parent until it appears. The
-callback runs on the watcher thread, so it may do blocking work (re-reading the store) without
-touching the server's event loop.
+callback runs on a thread of the watcher's own, so it may do blocking work (re-reading the store)
+without touching the server's event loop.
+
+Latency: SLayer lands a document with one rename, so the quiet period can be short (50 ms by
+default): a change reaches the callback about ``POLL_STEP_MS`` + ``quiet_ms`` after the rename.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from slayer_lsp.store.locate import StoreLocation
@@ -20,10 +25,57 @@ from slayer_lsp.store.locate import StoreLocation
 log = logging.getLogger(__name__)
 
 IGNORED_NAMES = ("embeddings.db", "embeddings.db-journal", "embeddings.db-wal", "embeddings.db-shm")
+_YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def _is_document_path(rel: tuple[str, ...]) -> bool:
+    """Where a YAML store keeps its documents: ``priority.yaml``, ``datasources/<name>.yaml``,
+    ``models/<datasource>/<name>.yaml``, ``memories/<id>.md`` (dot-prefixed names are temp files)."""
+    if not rel or any(part.startswith(".") for part in rel):
+        return False
+    name = rel[-1]
+    return (rel == ("priority.yaml",)
+            or (len(rel) == 2 and rel[0] == "datasources" and name.endswith(_YAML_SUFFIXES))
+            or (len(rel) == 3 and rel[0] == "models" and name.endswith(_YAML_SUFFIXES))
+            or (len(rel) == 2 and rel[0] == "memories" and name.endswith(".md")))
+
+
+def document_paths(location: StoreLocation, paths: Iterable[str]) -> list[str] | None:
+    """The changed paths to hand to ``Engine.refresh`` so that a YAML store re-reads only those
+    documents, or ``None`` (re-list the whole store) when a change may hide others: a directory
+    appeared, moved or vanished (the watcher reports the directory, not each file in it), or the
+    store itself did. Other files (notes beside the models, ...) are left out. A SQLite store is
+    always read whole, so it gets ``None``."""
+    if location.backend != "yaml":
+        return None
+    root = location.path
+    out: list[str] = []
+    for raw in paths:
+        path = Path(raw)
+        try:
+            rel = path.relative_to(root).parts
+        except ValueError:
+            return None  # the store or one of its parents
+        if _is_document_path(rel):
+            if path.is_dir():
+                return None
+            out.append(raw)
+        elif path.is_dir() or not path.exists():
+            return None  # a directory, or something gone that may have been one
+    return out
 
 
 class StoreWatcher:
-    def __init__(self, location: StoreLocation, on_change: Callable[[set[str]], None], *, quiet_ms: int = 100,
+    """Two threads: one turns file-system events into batches of relevant paths (watchfiles, polled
+    every ``POLL_STEP_MS``), the other waits until ``quiet_ms`` pass without a further relevant
+    change (at most ``max_wait_ms`` after the first) and calls ``on_change`` once with every path
+    seen. The quiet period counts relevant changes only, so the embedding worker writing its
+    database inside the store never holds a document change back; ``on_change`` calls never
+    overlap, and changes made while one runs are handed to the next."""
+
+    POLL_STEP_MS = 10
+
+    def __init__(self, location: StoreLocation, on_change: Callable[[set[str]], None], *, quiet_ms: int = 50,
                  max_wait_ms: int = 1000, force_polling: bool | None = None):
         self.location = location
         self.on_change = on_change
@@ -31,26 +83,30 @@ class StoreWatcher:
         self.max_wait_ms = max_wait_ms
         self.force_polling = force_polling
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._changes: queue.SimpleQueue[set[str]] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
         self.watching: Path | None = None  # the directory being watched right now
 
     # ----- lifecycle
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self._threads:
             return
-        self._thread = threading.Thread(target=self._run, name="slayer-store-watch", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, name="slayer-store-watch", daemon=True),
+                         threading.Thread(target=self._debounce, name="slayer-store-refresh", daemon=True)]
+        for thread in self._threads:
+            thread.start()
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-        self._thread = None
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+        self._threads = []
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return bool(self._threads) and all(t.is_alive() for t in self._threads)
 
     # ----- what to watch
 
@@ -81,9 +137,11 @@ class StoreWatcher:
             return False  # SLayer writes dot-prefixed temp files, then renames them into place
         return rel.name not in IGNORED_NAMES and not rel.name.endswith(".lock")
 
-    # ----- the thread
+    # ----- the threads
 
     def _run(self) -> None:
+        """Events -> batches of relevant paths on the queue; re-targets when the store appears or
+        vanishes (and then asks for a whole re-read, since events before the new watch are lost)."""
         from watchfiles import watch
 
         while not self._stop.is_set():
@@ -91,19 +149,36 @@ class StoreWatcher:
             self.watching = directory
             log.info("watching %s for store changes (%s)", directory, self.location)
             try:
-                for changes in watch(directory, watch_filter=lambda _c, p: self._relevant(p), debounce=self.max_wait_ms,
-                                     step=self.quiet_ms, stop_event=self._stop, rust_timeout=1000,
-                                     yield_on_timeout=False, raise_interrupt=False,
+                for changes in watch(directory, watch_filter=lambda _c, p: self._relevant(p),
+                                     debounce=self.max_wait_ms, step=self.POLL_STEP_MS, stop_event=self._stop,
+                                     rust_timeout=1000, yield_on_timeout=False, raise_interrupt=False,
                                      recursive=self.location.backend == "yaml" or not present,
                                      force_polling=self.force_polling, ignore_permission_denied=True):
-                    paths = {p for _, p in changes}
-                    try:
-                        self.on_change(paths)
-                    except Exception:  # noqa: BLE001 - a failed refresh must not stop the watching
-                        log.exception("store change handler failed")
+                    self._changes.put({p for _, p in changes})
                     if self._target() != (directory, present):
+                        self._changes.put({str(self.location.path)})
                         break  # the store appeared or vanished: re-target
                 self._stop.wait(0.05)
             except Exception as exc:  # noqa: BLE001 - the directory vanished under the watcher, ...
                 log.warning("store watcher restarting after: %s", exc)
                 self._stop.wait(0.5)
+
+    def _debounce(self) -> None:
+        quiet, max_wait = self.quiet_ms / 1000, self.max_wait_ms / 1000
+        while not self._stop.is_set():
+            try:
+                paths = set(self._changes.get(timeout=0.25))
+            except queue.Empty:
+                continue
+            first = time.monotonic()
+            while (left := min(quiet, first + max_wait - time.monotonic())) > 0:
+                try:
+                    paths |= self._changes.get(timeout=left)
+                except queue.Empty:
+                    break
+            if self._stop.is_set():
+                return
+            try:
+                self.on_change(paths)
+            except Exception:  # noqa: BLE001 - a failed refresh must not stop the watching
+                log.exception("store change handler failed")

@@ -69,6 +69,7 @@ class SearchIndexes:
     cache: Any = None  # slayer_lsp.cache.StoreCache, or None
     dense: Any = None  # slayer_lsp.embed.worker.EmbeddingWorker (channel 3), or None
     _graph_pending: frozenset[str] = frozenset()  # ids touched since the graph was last brought up to date
+    ram_live: bool = False  # a long-lived engine keeps the live full-text index in memory (see rebuilt)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _cache: dict[Any, Any] = field(default_factory=dict)  # per-snapshot derived values
 
@@ -124,26 +125,35 @@ class SearchIndexes:
             # the graph catches up on the next cypher_filter, not on every edit
             pending = self._graph_pending | delta.touched if self._graph is not None else frozenset()
             return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, self._graph,
-                                 cache=self.cache, dense=self.dense, _graph_pending=frozenset(pending))
+                                 cache=self.cache, dense=self.dense, _graph_pending=frozenset(pending),
+                                 ram_live=self.ram_live)
 
     @property
     def needs_compaction(self) -> bool:
         """Replaced or deleted documents linger in tantivy's BM25 statistics, so scores drift a
         little from a fresh build until the index is rebuilt."""
-        return any(ix.deletions for ix in (self.fulltext, *self.by_datasource.values()))
+        stale = any(ix.deletions for ix in (self.fulltext, *self.by_datasource.values()))
+        return stale or (self.ram_live and self.fulltext.path is not None)
 
     def rebuilt(self, catalog: Catalog) -> SearchIndexes:
-        """Fresh full-text indexes over the same documents (run off the request path)."""
+        """Fresh full-text indexes over the same documents (run off the request path). With
+        ``ram_live`` the live index is kept in memory, so edits commit without an fsync, and the
+        on-disk cache gets a separate snapshot that the next start reopens and brings up to date."""
         with self._lock:
             docs = dict(self.docs)
             scopes = list(self.by_datasource)
         by_ds = {ds: FullTextIndex(doc for cid, doc in docs.items() if ds in _doc_scopes(catalog, cid))
                  for ds in scopes if ds in catalog.datasources}
-        fulltext = _persistent_index(self.cache, docs) if self.cache is not None else None
-        if fulltext is not None:
-            _save_manifest(self.cache, fulltext)
-        return SearchIndexes(docs, fulltext or FullTextIndex(docs.values()), by_ds, self.graph_enabled,
-                             self._graph, cache=self.cache, dense=self.dense, _graph_pending=self._graph_pending)
+        snapshot = _persistent_index(self.cache, docs) if self.cache is not None else None
+        if snapshot is not None:
+            _save_manifest(self.cache, snapshot)
+        if self.ram_live or snapshot is None:
+            del snapshot  # releases its writer lock; the directory stays as the cache
+            live = FullTextIndex(docs.values())
+        else:
+            live = snapshot
+        return SearchIndexes(docs, live, by_ds, self.graph_enabled, self._graph, cache=self.cache,
+                             dense=self.dense, _graph_pending=self._graph_pending, ram_live=self.ram_live)
 
     def save_cache(self) -> None:
         """Record the live index's state so the next start reopens it (after incremental updates)."""
