@@ -63,7 +63,6 @@ class Engine:
         self.stats = RefreshStats()
         self._state: State | None = None
         self._compact_after_s = compact_after_s  # None: only on explicit compact() calls
-        self._warm_in_background = compact_after_s is not None  # a long-lived engine (the daemon)
         self._compact_timer: threading.Timer | None = None
 
     # ------------------------------------------------------------------ state
@@ -123,15 +122,7 @@ class Engine:
                 log.warning("store unreadable, serving the last good snapshot: %s", catalog.fatal)
             self._schedule_compaction()
             gc.freeze()  # the snapshot and indexes are long-lived: keep them out of every GC pass
-            if self._warm_in_background:
-                threading.Thread(target=self._warm, args=(self._state,), daemon=True).start()
             return delta
-
-    def _warm(self, state: State) -> None:
-        try:
-            state.search.warm(state.catalog)  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - warming is an optimisation; the request path builds it anyway
-            log.debug("warming failed", exc_info=True)
 
     def _start_dense(self, catalog: Catalog):  # -> EmbeddingWorker | None
         """Channel 3's worker. A missing runtime or model degrades to a warning in the log and no

@@ -196,6 +196,13 @@ class FullTextIndex:
                 out.append(tok)
         return out
 
+    def matching(self, query: tantivy.Query, canonicals: set[str], *, memories: bool) -> set[str]:
+        """Which of these documents the query matches at all (whatever their rank)."""
+        if not canonicals:
+            return set()
+        return {h.canonical for h in self.search(query, memories=memories, limit=len(canonicals),
+                                                  allow=frozenset(canonicals))}
+
     def search(self, query: tantivy.Query, *, memories: bool, limit: int,
                allow: frozenset[str] | None = None) -> list[TextHit]:
         """Rank the documents of one group (memories, or all entity kinds) for a parsed query.

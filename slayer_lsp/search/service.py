@@ -186,10 +186,6 @@ class SearchIndexes:
                 self._graph = GraphIndex.build(catalog)
             return self._graph
 
-    def warm(self, catalog: Catalog) -> None:
-        """Build what the first search after a change would otherwise build (run off the request
-        path): the whole-store tag corpus and memory scope."""
-        self.tag_corpus(catalog, None)
 
     def scoped_memory_ids(self, catalog: Catalog, datasource: str | None) -> frozenset[str]:
         return self._cached(("memory ids", datasource),
@@ -345,33 +341,38 @@ def _fuse(rankings: list[list[str]]) -> list[tuple[str, float]]:
     return sorted(fused.items(), key=lambda kv: -kv[1])
 
 
-def _text_ranking(index: FullTextIndex, query, *, memories: bool, allow, exact: list[str],  # noqa: ANN001
-                  depth: int) -> tuple[list[str], bool]:
-    """One full-text ranking (best first; tantivy breaks score ties by insertion order, as SLayer's
-    fresh index does) fetched ``depth`` deep; the flag says whether deeper hits were left out."""
-    full = min(index.kind_counts["memory" if memories else "entity"], TEXT_DEPTH)
-    limit = min(full, depth)
-    hits = index.search(query, memories=memories, limit=limit, allow=allow) if query is not None else []
-    truncated = len(hits) == limit < full
-    ranked = [h.canonical for h in hits]
-    lead = [c for c in exact if (c.startswith("memory:") == memories) and (allow is None or c in allow)]
-    if lead:
-        ranked = lead + [c for c in ranked if c not in lead]
-    return ranked, truncated
-
-
 def _initial_depth(max_results: int) -> int:
     """How deep full-text rankings are fetched first; deeper only when the answer could change."""
     return max(100, 5 * max_results)
 
 
-def _fused_hits(rankings: list[tuple[list[str], bool]], depth: int, build, max_results: int  # noqa: ANN001
+Ranking = tuple[list[str], Any]  # (ids best first, None when complete, else a probe: ids -> those it would hold)
+
+
+def _text_ranking(index: FullTextIndex, query, *, memories: bool, allow, exact: list[str],  # noqa: ANN001
+                  depth: int) -> Ranking:
+    """One full-text ranking (best first; tantivy breaks score ties by insertion order, as SLayer's
+    fresh index does) fetched ``depth`` deep. When deeper hits were left out, the second element
+    tells which of some ids the whole ranking would hold."""
+    full = min(index.kind_counts["memory" if memories else "entity"], TEXT_DEPTH)
+    limit = min(full, depth)
+    hits = index.search(query, memories=memories, limit=limit, allow=allow) if query is not None else []
+    ranked = [h.canonical for h in hits]
+    lead = [c for c in exact if (c.startswith("memory:") == memories) and (allow is None or c in allow)]
+    if lead:
+        ranked = lead + [c for c in ranked if c not in lead]
+    if not len(hits) == limit < full:
+        return ranked, None
+    return ranked, lambda ids: index.matching(query, ids, memories=memories) & (allow or ids)
+
+
+def _fused_hits(rankings: list[Ranking], depth: int, build, max_results: int  # noqa: ANN001
                 ) -> list[SearchHit] | None:
     """Fuse and cut to ``max_results``; None when rankings fetched only ``depth`` deep could still
-    change the answer (a left-out rank adds at most 1/(k+depth+1) per truncated ranking that could
-    hold the document: memory rankings hold only memories, entity rankings only entities), in which
-    case the caller fetches everything. So the answer is always the full ranking's, whatever
-    ``max_results`` is: the cut never reorders what is above it."""
+    change the answer, in which case the caller fetches everything. A document missing from a
+    truncated ranking gains at most 1/(k+depth+1) from it, and nothing when the ranking cannot hold
+    it (memory rankings hold no entities; a document the query does not match). So the answer is
+    always the full ranking's whatever ``max_results`` is: the cut never reorders what is above it."""
     fused = _fuse([r for r, _ in rankings])
     results: list[SearchHit] = []
     picked: list[int] = []
@@ -382,27 +383,30 @@ def _fused_hits(rankings: list[tuple[list[str], bool]], depth: int, build, max_r
             picked.append(i)
             if len(results) >= max_results:
                 break
-    partial: dict[bool, list[set[str]]] = {True: [], False: []}  # is-memory -> truncated rankings
-    for r, truncated in rankings:
-        if truncated:
-            partial[is_memory_ref(r[0])].append(set(r))
-    if not partial[True] and not partial[False]:
+    partial = [(is_memory_ref(r[0]), set(r), probe) for r, probe in rankings if probe is not None]
+    if not partial:
         return results
     if len(results) < max_results:
         return None
     gap = 1.0 / (RRF_K + depth + 1)
+    widest = max(sum(1 for m, _, _ in partial if m is group) for group in (True, False))
+    last = fused[picked[-1]][1]
+    if last <= gap * widest:  # a document no fetched ranking holds could still overtake
+        return None
+    close = [fused[p] for p in picked] + [kv for kv in fused[picked[-1] + 1:] if kv[1] + gap * widest >= last]
+    held: dict[int, set[str]] = {}  # per truncated ranking: which close documents it would hold
+    for n, (mem, seen, probe) in enumerate(partial):
+        want = {k for k, _ in close if is_memory_ref(k) is mem and k not in seen}
+        held[n] = probe(want) if want else set()
 
     def slack(key: str) -> float:  # how much a key's true score may exceed its fused one
-        return gap * sum(1 for seen in partial[is_memory_ref(key)] if key not in seen)
+        return gap * sum(1 for n in held if key in held[n])
 
     for a, b in zip(picked, picked[1:], strict=False):
         (_, sa), (kb, sb) = fused[a], fused[b]
         if slack(kb) and sa <= sb + slack(kb):
             return None
-    last = fused[picked[-1]][1]
-    if last <= gap * max(len(partial[True]), len(partial[False])):  # an unfetched document could overtake
-        return None
-    return results if all(s + slack(k) < last for k, s in fused[picked[-1] + 1:]) else None
+    return results if all(s + slack(k) < last for k, s in close[len(picked):]) else None
 
 
 # --------------------------------------------------------------------------- the search
@@ -480,15 +484,15 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
             warnings.extend(hits.warnings)
             dense_memories, dense_entities = _dense_rankings(hits)
 
-    def rankings(depth: int) -> list[tuple[list[str], bool]]:
-        mems: list[tuple[list[str], bool]] = [([memory_ref(m) for m in r], False) for r in memory_rankings]
-        ents: list[tuple[list[str], bool]] = [(r, False) for r in entity_rankings]
+    def rankings(depth: int) -> list[Ranking]:
+        mems: list[Ranking] = [([memory_ref(m) for m in r], None) for r in memory_rankings]
+        ents: list[Ranking] = [(r, None) for r in entity_rankings]
         if has_question:
             mems.append(_text_ranking(index, query, memories=True, allow=mem_allow, exact=exact, depth=depth))
             ents.append(_text_ranking(index, query, memories=False, allow=ent_allow, exact=exact, depth=depth))
             if indexes.dense is not None:
-                mems.append(([memory_ref(m) for m in dense_memories], False))
-                ents.append((dense_entities, False))
+                mems.append(([memory_ref(m) for m in dense_memories], None))
+                ents.append((dense_entities, None))
         return [r for r in mems + ents if r[0]]
 
     def build(key: str, score: float) -> SearchHit | None:
@@ -496,8 +500,9 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
 
     depth = _initial_depth(max_results)
     results = _fused_hits(rankings(depth), depth, build, max_results)
-    if results is None:
-        results = _fused_hits(rankings(TEXT_DEPTH), TEXT_DEPTH, build, max_results) or []
+    while results is None:  # deeper until the answer is certain (the full depth always is)
+        depth = TEXT_DEPTH if depth * 10 >= TEXT_DEPTH else depth * 10
+        results = _fused_hits(rankings(depth), depth, build, max_results)
 
     warned: set[str] = set()
     for hit in results:
