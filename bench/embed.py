@@ -219,8 +219,9 @@ def bench_three_channel(size: str, backend: str, repeat: int = 40) -> None:
     from slayer_lsp.engine import Engine
 
     models, memories = (int(x) for x in size.split("x"))
+    suffix = ".db" if backend == "sqlite" else ""
     store = env.copy_store(env.generated_store(models, memories, backend), env.work_dir() / "scratch" /
-                           f"three-channel-{size}-{backend}")
+                           f"three-channel-{size}-{backend}{suffix}")
     t0 = time.perf_counter()
     engine = Engine(store, dense="live", use_cache=False)
     engine.refresh()
