@@ -163,15 +163,20 @@ class YamlReader:
         if changed is not None and self._listed is not None:
             listed = dict(self._listed)
             recheck = {str(p) for p in changed}
-            for path in changed:
-                parse = self._parser_for(str(path))
+            reorder = False
+            for path in recheck:
+                parse = self._parser_for(path)
                 if parse is None:
                     continue
-                if os.path.isfile(path):
-                    listed[str(path)] = parse
+                exists = os.path.isfile(path)
+                if exists != (path in listed):
+                    reorder = True  # a file appeared or went away; an edit keeps the order
+                if exists:
+                    listed[path] = parse
                 else:
-                    listed.pop(str(path), None)
-            entries = sorted(listed.items(), key=lambda kv: self._order_key(kv[0]))
+                    listed.pop(path, None)
+            entries = (sorted(listed.items(), key=lambda kv: self._order_key(kv[0])) if reorder
+                       else list(listed.items()))
         else:
             entries = list(self._listing())
         self._listed = dict(entries)
@@ -217,7 +222,7 @@ class YamlReader:
 
     def _order_key(self, path: str) -> tuple:
         """The full listing's order: datasources, models by directory then name, memories, priority."""
-        rel = Path(path).relative_to(self.root).parts
+        rel = path[len(str(self.root)) + 1:].split(os.sep)
         rank = {"datasources": 0, "models": 1, "memories": 2}.get(rel[0], 3)
         return (rank, *rel[1:])
 
