@@ -207,8 +207,17 @@ class FullTextIndex:
                allow: frozenset[str] | None = None) -> list[TextHit]:
         """Rank the documents of one group (memories, or all entity kinds) for a parsed query.
         ``allow`` restricts the ranking to those ids before scoring is cut off."""
+        hits, names = self._run(query, memories, limit, allow)
+        return [TextHit(name, float(score)) for (score, _), name in zip(hits, names, strict=True)]
+
+    def ranked_ids(self, query: tantivy.Query, *, memories: bool, limit: int,
+                   allow: frozenset[str] | None = None) -> list[str]:
+        """``search`` without the scores: what fusion needs, several times cheaper on deep rankings."""
+        return self._run(query, memories, limit, allow)[1]
+
+    def _run(self, query: tantivy.Query, memories: bool, limit: int, allow: frozenset[str] | None):  # noqa: ANN202
         if limit <= 0:
-            return []
+            return [], []
         kind_term = tantivy.Query.term_query(self._schema, "kind", "memory")
         clauses = [(tantivy.Occur.Must, query),
                    (tantivy.Occur.Must if memories else tantivy.Occur.MustNot, kind_term)]
@@ -220,4 +229,4 @@ class FullTextIndex:
             hits = searcher.search(full, limit).hits
             keys = searcher.fast_field_values("key", [addr for _, addr in hits])
             names = self._names
-            return [TextHit(names[k], float(score)) for (score, _), k in zip(hits, keys, strict=True)]
+            return hits, [names[k] for k in keys]

@@ -335,10 +335,15 @@ def _memory_hit(mem: d.Memory, score: float, inputs: list[str], valid, compact: 
 def _fuse(rankings: list[list[str]]) -> list[tuple[str, float]]:
     """Reciprocal Rank Fusion (k = 60), stable: ties keep first-insertion order."""
     fused: dict[str, float] = {}
+    get = fused.get
     for ranking in rankings:
-        for rank, key in enumerate(ranking, start=1):
-            fused[key] = fused.get(key, 0.0) + 1.0 / (RRF_K + rank)
-    return sorted(fused.items(), key=lambda kv: -kv[1])
+        for rank, key in enumerate(ranking, start=RRF_K + 1):
+            fused[key] = get(key, 0.0) + 1.0 / rank
+    return sorted(fused.items(), key=_neg_score)
+
+
+def _neg_score(kv: tuple[str, float]) -> float:
+    return -kv[1]
 
 
 def _initial_depth(max_results: int) -> int:
@@ -356,12 +361,12 @@ def _text_ranking(index: FullTextIndex, query, *, memories: bool, allow, exact: 
     tells which of some ids the whole ranking would hold."""
     full = min(index.kind_counts["memory" if memories else "entity"], TEXT_DEPTH)
     limit = min(full, depth)
-    hits = index.search(query, memories=memories, limit=limit, allow=allow) if query is not None else []
-    ranked = [h.canonical for h in hits]
+    ranked = index.ranked_ids(query, memories=memories, limit=limit, allow=allow) if query is not None else []
+    fetched = len(ranked)
     lead = [c for c in exact if (c.startswith("memory:") == memories) and (allow is None or c in allow)]
     if lead:
         ranked = lead + [c for c in ranked if c not in lead]
-    if not len(hits) == limit < full:
+    if not fetched == limit < full:
         return ranked, None
     return ranked, lambda ids: index.matching(query, ids, memories=memories) & (allow or ids)
 
