@@ -69,6 +69,19 @@ _SYMBOL_KIND = {"datasource": t.SymbolKind.Namespace, "model": t.SymbolKind.Clas
                 "join": t.SymbolKind.Interface, "memory": t.SymbolKind.File}
 
 
+def _write_lag_ms(paths: set[str]) -> float | None:
+    """How long ago the newest of ``paths`` was written (its mtime): the watcher's share of the
+    change-to-visible latency, for the log."""
+    newest = None
+    for p in paths:
+        try:
+            mtime = os.stat(p).st_mtime
+        except OSError:
+            continue
+        newest = mtime if newest is None else max(newest, mtime)
+    return (time.time() - newest) * 1000 if newest is not None else None
+
+
 def watch_quiet_ms() -> int:
     """``$SLAYER_LSP_WATCH_QUIET_MS`` (0..10000), else 50; a bad value is logged and ignored."""
     raw = os.environ.get("SLAYER_LSP_WATCH_QUIET_MS", "").strip()
@@ -308,10 +321,13 @@ class SlayerLanguageServer(LanguageServer):
         engine = self.engine
         if engine is None:
             return
+        lag_ms = _write_lag_ms(paths)
         t0 = time.perf_counter()
         delta = engine.refresh(document_paths(engine.location, paths))
-        log.info("store changed (%d path(s)): %d entities touched in %.0f ms", len(paths), len(delta.touched),
-                 (time.perf_counter() - t0) * 1000)
+        parts = ", ".join(f"{k.removesuffix('_s')} {v * 1000:.0f} ms" for k, v in engine.stats.timings.items())
+        log.info("store changed (%d path(s)): %d entities touched in %.0f ms%s (%s)", len(paths), len(delta.touched),
+                 (time.perf_counter() - t0) * 1000, f", {lag_ms:.0f} ms after the write" if lag_ms is not None else "",
+                 parts)
         if self.loop is not None and not delta.empty:
             self.loop.call_soon_threadsafe(self.republish_all)
 
@@ -869,6 +885,7 @@ def _write_error(method: str, exc: Exception) -> JsonRpcException:
     store_side = isinstance(cause, (OSError, sqlite3.Error)) or (
         getattr(exc, "reference", None) is None and any(m in str(exc) for m in _STORE_FAILURES))
     if store_side:
+        log.warning("%s refused by the store: %s", method, exc)
         return JsonRpcException(f"{method}: {exc}", code=t.LSPErrorCodes.RequestFailed.value)
     return JsonRpcInvalidParams(f"{method}: {exc}")
 
@@ -922,6 +939,15 @@ async def _writable_state(ls: SlayerLanguageServer, method: str):  # type: ignor
     return ls.engine, state
 
 
+def _refresh_after_write(engine: Any, changed: list[str] | None) -> None:
+    """The write is done whatever happens here: a failed refresh is logged (the watcher retries)
+    rather than turned into an error answer for a write that succeeded."""
+    try:
+        engine.refresh(changed)
+    except Exception:  # noqa: BLE001
+        log.exception("refresh after a memory write failed; the store watcher will pick the change up")
+
+
 async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     """Save (or upsert) a memory exactly as SLayer would, then refresh the engine so that the next
     search, hover or diagnostic sees it."""
@@ -939,7 +965,7 @@ async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any
         changed = None
         if engine.location.backend == "yaml":
             changed = [str(engine.location.path / "memories" / f"{saved.id}.md")]
-        engine.refresh(changed)
+        _refresh_after_write(engine, changed)
         return {"id": saved.id, "entities": list(saved.entities), "created": saved.created,
                 "warnings": list(saved.warnings)}
 
@@ -969,7 +995,7 @@ async def do_forget_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, A
         except MemoryWriteError as exc:
             raise _write_error(method, exc) from exc
         if forgotten:
-            engine.refresh()  # other memories may have lost a tag: re-list rather than guess which
+            _refresh_after_write(engine, None)  # other memories may have lost a tag: re-list them all
         return {"forgotten": forgotten}
 
     result = await asyncio.to_thread(work)

@@ -21,7 +21,8 @@ async function main() {
   conn.onNotification("window/showMessage", () => {});
   conn.listen();
   const out = {};
-  const init = await conn.sendRequest("initialize", { processId: process.pid, rootUri: null, capabilities: {} });
+  const init = await conn.sendRequest("initialize", { processId: process.pid, rootUri: null, capabilities: {},
+                                                     initializationOptions: { embedding: { enable: false } } });
   out.serverInfo = init.serverInfo;
   out.triggers = init.capabilities.completionProvider.triggerCharacters;
   conn.sendNotification("initialized", {});

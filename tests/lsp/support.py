@@ -26,26 +26,39 @@ WAIT_S = 30.0
 
 
 def copy_store(tmp_path_factory: Any, name: str = "store", sqlite: bool = False) -> Path:
+    """A private, writable copy of a fixture store (the fixtures are read-only, and so would be a
+    plain copy for a user who is not root)."""
     root = tmp_path_factory.mktemp(name)
     if sqlite:
         dst = root / "store.db"
-        shutil.copy(SQLITE_STORE, dst)
+        shutil.copyfile(SQLITE_STORE, dst)
+        dst.chmod(0o644)
         return dst
     dst = root / "store"
-    shutil.copytree(YAML_STORE, dst)
+    shutil.copytree(YAML_STORE, dst, copy_function=shutil.copyfile)
+    for path in [dst, *dst.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
     return dst
+
+
+# The real embedding model is loaded only where a test asks for it (``dense=True``): every other
+# server runs the lexical channels alone.
+NO_EMBEDDINGS = {"enable": False}
 
 
 async def start_client(store: Path | None, client: str, options: dict[str, Any] | None = None,
                        args: list[str] | None = None, workspace: Path | None = None,
-                       wait_ready: bool = True) -> LanguageClient:
+                       wait_ready: bool = True, dense: bool = False) -> LanguageClient:
     c = make_test_lsp_client()
     cmd = [sys.executable, "-m", "slayer_lsp.lsp", *(["--storage", str(store)] if store else []), *(args or [])]
     await c.start_io(*cmd, cwd=str(REPO))
+    init = dict(options) if options is not None else {"diagnostics": {"debounceMs": 20}}
+    if not dense:
+        init.setdefault("embedding", NO_EMBEDDINGS)
     result = await c.initialize_session(t.InitializeParams(
         capabilities=t.ClientCapabilities() if client == "bare" else client_capabilities(client),
         root_uri=workspace.as_uri() if workspace else None,
-        initialization_options=options if options is not None else {"diagnostics": {"debounceMs": 20}},
+        initialization_options=init,
     ))
     c.init_result = result  # type: ignore[attr-defined]
     if wait_ready:  # requests wait for the first index anyway; status answers at once

@@ -89,9 +89,12 @@ async def test_inspect_with_location(client):
 
 async def test_status(client):
     got = await request(client, "slayer/status", {})
-    assert got["ready"] and got["backend"] == "yaml" and got["storage"] == f"yaml:{client.store}"
-    assert got["entities"]["model"] == 8 and got["entities"]["memory"] == 21
-    assert got["options"]["diagnostics"]["debounceMs"] == 20 and got["fatal"] is None
+    assert got["ready"] and got["backend"] == "yaml" and got["store"] == str(client.store)
+    assert got["counts"]["model"] == 8 and got["counts"]["memory"] == 21
+    assert got["readable"] and got["error"] is None and got["load_issues"] == len(got["issues"])
+    assert got["options"]["diagnostics"]["debounceMs"] == 20 and got["options"]["embedding"]["enable"] is False
+    assert got["embedding"] is None  # the dense channel is off in these servers
+    assert got["open_documents"] == 0 and got["watching"] == str(client.store)
 
 
 @pytest.mark.parametrize(("command", "arguments", "check"), [

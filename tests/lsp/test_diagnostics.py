@@ -107,7 +107,7 @@ async def test_store_model_file_shows_load_issues(client):
     path.write_text(text)  # a newer document version: loaded best effort, with a note
     uri = uri_of(path)
     await eventually(lambda: client.protocol.send_request_async("slayer/status", {}),
-                     lambda s: any("newer than the known version" in i for i in s.load_issues), "reload")
+                     lambda s: any("newer than the known version" in i for i in s.issues), "reload")
     open_doc(client, uri, text)
     found = await diagnostics(client, uri, lambda d: any(x.code == "load-issue" for x in d))
     assert any("SlayerModel version 99 is newer" in x.message for x in found)

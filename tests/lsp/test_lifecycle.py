@@ -83,7 +83,7 @@ async def missing_store_client(tmp_path_factory):
 async def test_a_missing_store_is_reported_not_fatal(missing_store_client):
     c = missing_store_client
     s = await eventually(lambda: status(c), lambda s: s.ready, "the (empty) index")
-    assert "does not exist" in s.fatal
+    assert "does not exist" in s.error and s.readable is False
     assert c.progress_reports == {}  # no window.workDoneProgress, no $/progress
     assert any("cannot be read" in m.message for m in c.messages)
     uri = "file:///ws/a.query.yaml"
@@ -96,7 +96,7 @@ async def test_a_missing_store_is_reported_not_fatal(missing_store_client):
     from .support import YAML_STORE
 
     shutil.copytree(YAML_STORE, c.missing)
-    await eventually(lambda: status(c), lambda s: s.fatal is None and s.entities.model == 8, "the store to appear")
+    await eventually(lambda: status(c), lambda s: s.readable and s.counts.model == 8, "the store to appear")
     await diagnostics(c, uri, lambda d: len(d) == 0, "diagnostics once the store exists")
 
 

@@ -1,6 +1,7 @@
 """The same server through an independent client: Node's ``vscode-jsonrpc`` (pytest-lsp shares pygls'
 converters with the server, so serialisation mistakes could cancel out there). Skipped where Node or
-the module is missing; ``NODE_PATH`` may point at a ``node_modules`` holding ``vscode-jsonrpc``."""
+the module is missing, except in CI (``CI`` set), where ``.ci/run`` installs both and their absence is
+a failure; ``NODE_PATH`` may point at a ``node_modules`` holding ``vscode-jsonrpc``."""
 
 from __future__ import annotations
 
@@ -28,7 +29,10 @@ def _node_path() -> str | None:
 def test_node_vscode_jsonrpc_client(tmp_path_factory):
     node, node_path = shutil.which("node"), _node_path()
     if node is None or node_path is None:
-        pytest.skip("node or vscode-jsonrpc is not installed")
+        missing = "node" if node is None else "vscode-jsonrpc (npm ci in editors/vscode, then NODE_PATH)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must provide {missing} for the independent client test")
+        pytest.skip(f"{missing} is not installed")
     store = copy_store(tmp_path_factory)
     proc = subprocess.run([node, str(HERE / "node_client.cjs"), str(store), sys.executable], cwd=REPO,
                           env={**os.environ, "NODE_PATH": node_path}, capture_output=True, text=True, timeout=120)
