@@ -192,7 +192,5 @@ def test_command_twins(server):
     assert err.value.code == -32601
 
 
-@pytest.mark.xfail(strict=True, reason="server._converter builds JsonRPCRequestMessage(**obj) for slayer/* "
-                   "requests, which needs a 'params' key: a request without params answers -32602")
 def test_params_may_be_omitted(server):
     assert server.request("slayer/status")["version"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slayer_lsp.analysis import mode_b
+from slayer_lsp.analysis import formulas
 from slayer_lsp.analysis.query_refs import (
     QueryRef,
     QueryShapeError,
@@ -455,7 +455,7 @@ FORMULA_TOKENS = {
 
 @pytest.mark.parametrize("formula", list(FORMULA_TOKENS))
 def test_formula_tokens_match_slayer(formula):
-    assert mode_b.formula_tokens(formula) == FORMULA_TOKENS[formula]
+    assert formulas.formula_tokens(formula) == FORMULA_TOKENS[formula]
 
 
 @pytest.mark.parametrize("text,tokens", [
@@ -465,7 +465,7 @@ def test_formula_tokens_match_slayer(formula):
     ("1.5e3 > amount", ["e3", "amount"]),  # SLayer's text scan, quirks included
 ])
 def test_filter_tokens(text, tokens):
-    assert mode_b.filter_tokens(text) == tokens
+    assert formulas.filter_tokens(text) == tokens
 
 
 @pytest.mark.parametrize("raw,split", [
@@ -477,10 +477,10 @@ def test_filter_tokens(text, tokens):
     ("plain.path", ("plain.path", None)),
 ])
 def test_split_agg_ref(raw, split):
-    assert mode_b.split_agg_ref(raw) == split
+    assert formulas.split_agg_ref(raw) == split
 
 
 @pytest.mark.parametrize("raw", ["coalesce(x)", "sum(a - b)", "sum(a) + 1", "sum(", "foo()"])
 def test_split_agg_ref_refuses_non_column_aggregations(raw):
-    with pytest.raises(mode_b.ModeBError):
-        mode_b.split_agg_ref(raw)
+    with pytest.raises(formulas.ModeBError):
+        formulas.split_agg_ref(raw)

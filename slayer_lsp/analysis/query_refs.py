@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slayer_lsp.analysis import mode_b
+from slayer_lsp.analysis import formulas
 from slayer_lsp.analysis.resolver import EntityResolutionError, SourceModel, model_identity, resolve_entity
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.store import documents as d
@@ -62,7 +62,7 @@ class QueryShapeError(EntityResolutionError):
 
 _NAME = re.compile(r"^[a-zA-Z_]\w*$", re.ASCII)
 _FUNCSTYLE_CALL = re.compile(r"^\w+\([^()]*\)$")
-_GRANULARITY_HINT = ", ".join(sorted(mode_b.GRANULARITY_NAMES))
+_GRANULARITY_HINT = ", ".join(sorted(formulas.GRANULARITY_NAMES))
 
 
 def _is_column_path(text: str) -> bool:
@@ -106,10 +106,10 @@ def auto_name(expression: str) -> str:
 def _functional_time_dimension(entry: str, field: str, index: int, *, any_callee: bool) -> str | None:
     """The column of a ``gran(col)`` string; ``None`` when the callee is not a granularity (and
     ``any_callee`` is off). A granularity call of any other shape is refused, as in SLayer."""
-    node, callee = mode_b.call_callee(entry)
-    if not any_callee and (callee is None or callee.casefold() not in mode_b.GRANULARITY_NAMES):
+    node, callee = formulas.call_callee(entry)
+    if not any_callee and (callee is None or callee.casefold() not in formulas.GRANULARITY_NAMES):
         return None
-    column = mode_b.functional_call_column(node) if callee is not None else None
+    column = formulas.functional_call_column(node) if callee is not None else None
     if column is None:
         raise QueryShapeError(
             f"Time dimension {entry!r} must be the functional form gran(col) (e.g. month(created_at)) for "
@@ -136,10 +136,10 @@ def _order_formula_candidate(text: str) -> str | None:
     if _is_column_path(text):
         return None
     try:
-        node = mode_b.parse(text)
-    except (mode_b.ModeBError, RecursionError):
+        node = formulas.parse(text)
+    except (formulas.ModeBError, RecursionError):
         return None
-    return text if any(isinstance(n, mode_b.Agg) for n in mode_b.walk_refs(node)) else None
+    return text if any(isinstance(n, formulas.Agg) for n in formulas.walk_refs(node)) else None
 
 
 _DIRECTIONS = frozenset({"asc", "desc", "ascending", "descending"})
@@ -176,19 +176,19 @@ def _order_ref(item: Any, index: int) -> tuple[str, str]:
 
 
 def _is_time_call(entry: str) -> bool:
-    callee = mode_b.call_callee(entry)[1]
-    return callee is not None and callee.casefold() in mode_b.GRANULARITY_NAMES
+    callee = formulas.call_callee(entry)[1]
+    return callee is not None and callee.casefold() in formulas.GRANULARITY_NAMES
 
 
 def _may_name_datasource_granularity(entry: str) -> bool:
     """A whole call whose callee is no built-in name: SLayer defers it to the datasource."""
-    callee = mode_b.call_callee(entry)[1]
+    callee = formulas.call_callee(entry)[1]
     if callee is None:
         return False
     lowered = callee.lower()
-    return not (lowered in mode_b.GRANULARITY_NAMES or lowered in mode_b.SCALAR_FUNCTIONS
-                or lowered in mode_b.TRANSFORMS
-                or mode_b.normalize_aggregation_name(callee) in mode_b.BUILTIN_AGGREGATIONS)
+    return not (lowered in formulas.GRANULARITY_NAMES or lowered in formulas.SCALAR_FUNCTIONS
+                or lowered in formulas.TRANSFORMS
+                or formulas.normalize_aggregation_name(callee) in formulas.BUILTIN_AGGREGATIONS)
 
 
 def _local_names(query: Mapping[str, Any]) -> tuple[set[str], set[str]]:
@@ -238,11 +238,11 @@ class _Walk:
         if kind == "ref":
             tokens = [text]
         elif kind == "filter":
-            tokens = mode_b.filter_tokens(text)
+            tokens = formulas.filter_tokens(text)
         else:
-            tokens = mode_b.formula_tokens(text)
+            tokens = formulas.formula_tokens(text)
         for token in tokens:
-            if token in self.local or mode_b.split_colon_suffix(token)[0] in self.added:
+            if token in self.local or formulas.split_colon_suffix(token)[0] in self.added:
                 continue
             self.out.append(QueryRef(token, field, index, kind))
 
@@ -298,8 +298,8 @@ class _Walk:
                 moved.append((index, _column_ref_text(column, "dimensions", index)))
                 return
             try:
-                mode_b.parse(dim)
-            except (mode_b.ModeBError, RecursionError) as exc:
+                formulas.parse(dim)
+            except (formulas.ModeBError, RecursionError) as exc:
                 if not _may_name_datasource_granularity(dim):
                     raise QueryShapeError(
                         f"Dimension {dim!r} is neither a column reference (a bare identifier or dotted join "

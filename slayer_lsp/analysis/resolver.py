@@ -31,7 +31,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import mode_b
+from slayer_lsp.analysis import formulas
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
 from slayer_lsp.store import documents as d
@@ -443,8 +443,8 @@ def _resolve(raw: str, ctx: _Ctx) -> Resolution:
         return Resolution(raw)
 
     try:
-        prefix, agg = mode_b.split_agg_ref(raw)
-    except mode_b.ModeBError as exc:
+        prefix, agg = formulas.split_agg_ref(raw)
+    except formulas.ModeBError as exc:
         raise EntityResolutionError(str(exc)) from exc
 
     if prefix == "*":

@@ -106,7 +106,7 @@ def _converter():  # type: ignore[no-untyped-def]
 
     def hook(obj: dict[str, Any], cls: type) -> Any:
         if isinstance(obj, dict) and str(obj.get("method", "")).startswith("slayer/"):
-            return cls(**obj)
+            return cls(**{"params": None, **obj})  # params may be omitted
         return base(obj, cls)
 
     conv.register_structure_hook(JsonRPCRequestMessage, hook)

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from slayer_lsp.analysis import mode_b
+from slayer_lsp.analysis import formulas
 from slayer_lsp.analysis.query_refs import auto_name, extract_entities_from_query
 from slayer_lsp.analysis.resolver import EntityResolutionError, check_memory_id, resolve_entity
 from slayer_lsp.catalog import Catalog
@@ -348,20 +348,20 @@ def _order_formula_candidate(text: str) -> str | None:
     if _is_column_path(text):
         return None
     try:
-        node = mode_b.parse(text)
-    except (mode_b.ModeBError, RecursionError):
+        node = formulas.parse(text)
+    except (formulas.ModeBError, RecursionError):
         return None
-    return text if any(isinstance(n, mode_b.Agg) for n in mode_b.walk_refs(node)) else None
+    return text if any(isinstance(n, formulas.Agg) for n in formulas.walk_refs(node)) else None
 
 
 def _may_name_datasource_granularity(entry: str) -> bool:
-    callee = mode_b.call_callee(entry)[1]
+    callee = formulas.call_callee(entry)[1]
     if callee is None:
         return False
     lowered = callee.lower()
-    return not (lowered in mode_b.GRANULARITY_NAMES or lowered in mode_b.SCALAR_FUNCTIONS
-                or lowered in mode_b.TRANSFORMS
-                or mode_b.normalize_aggregation_name(callee) in mode_b.BUILTIN_AGGREGATIONS)
+    return not (lowered in formulas.GRANULARITY_NAMES or lowered in formulas.SCALAR_FUNCTIONS
+                or lowered in formulas.TRANSFORMS
+                or formulas.normalize_aggregation_name(callee) in formulas.BUILTIN_AGGREGATIONS)
 
 
 class _QueryNormalizer:
@@ -499,8 +499,8 @@ class _QueryNormalizer:
         if _is_column_path(value):
             return self.column_ref(value, where)
         try:
-            mode_b.parse(value)
-        except (mode_b.ModeBError, RecursionError) as exc:
+            formulas.parse(value)
+        except (formulas.ModeBError, RecursionError) as exc:
             if not _may_name_datasource_granularity(value):
                 raise _Refused(where, f"Dimension {value!r} is neither a column reference (a bare identifier or "
                                       f"dotted join path) nor a parseable Mode-B expression: {exc}") from exc
@@ -509,14 +509,14 @@ class _QueryNormalizer:
     def granularity_call(self, entry: str, where: str, *, any_callee: bool) -> dict[str, Any] | None:
         """The time dimension a ``gran(col)`` string stands for; ``None`` when the callee is no
         built-in granularity and ``any_callee`` is off (a custom one then keeps its spelling)."""
-        node, callee = mode_b.call_callee(entry)
-        builtin = callee is not None and callee.casefold() in mode_b.GRANULARITY_NAMES
+        node, callee = formulas.call_callee(entry)
+        builtin = callee is not None and callee.casefold() in formulas.GRANULARITY_NAMES
         if not builtin and not any_callee:
             return None
-        column = mode_b.functional_call_column(node) if callee is not None else None
+        column = formulas.functional_call_column(node) if callee is not None else None
         if column is None or not callee.isascii():
             raise _Refused(where, f"Time dimension {entry!r} must be the functional form gran(col) (e.g. "
-                                  f"month(created_at)) for one of: {', '.join(sorted(mode_b.GRANULARITY_NAMES))} "
+                                  f"month(created_at)) for one of: {', '.join(sorted(formulas.GRANULARITY_NAMES))} "
                                   f"or a datasource granularity")
         return {"dimension": column, "granularity": callee.lower() if builtin else callee}
 
@@ -535,7 +535,7 @@ class _QueryNormalizer:
         granularity = value.get("granularity")
         if not isinstance(granularity, str):
             raise _Refused(where, "a time dimension needs a string 'granularity'")
-        if granularity.lower() in mode_b.GRANULARITY_NAMES:
+        if granularity.lower() in formulas.GRANULARITY_NAMES:
             granularity = granularity.lower()
         elif not _is_name(granularity):
             raise _Refused(where, f"granularity {granularity!r} is neither a built-in granularity nor a "
