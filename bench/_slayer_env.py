@@ -225,6 +225,18 @@ def generated_store(models: int, memories: int, backend: str, *, venv: str | Non
 # --------------------------------------------------------------------------- figures
 
 
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """``"100x1000,1000x5000"`` -> [(100, 1000), (1000, 5000)] (models x memories)."""
+    sizes = []
+    for part in text.split(","):
+        try:
+            m, n = part.lower().split("x")
+            sizes.append((int(m), int(n)))
+        except ValueError:
+            raise SystemExit(f"bad size {part!r}: expected MODELSxMEMORIES, e.g. 100x1000") from None
+    return sizes
+
+
 def median(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 

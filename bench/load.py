@@ -178,17 +178,6 @@ def _profile(store: Path, top: int = 18) -> str:
     return buf.getvalue()
 
 
-def _parse_sizes(text: str) -> list[tuple[int, int]]:
-    sizes = []
-    for part in text.split(","):
-        try:
-            m, n = part.lower().split("x")
-            sizes.append((int(m), int(n)))
-        except ValueError:
-            raise SystemExit(f"bad size {part!r}: expected MODELSxMEMORIES, e.g. 100x1000") from None
-    return sizes
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100x1000,1000x5000", help="comma-separated MODELSxMEMORIES")
@@ -203,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     env.slayer_python(args.slayer_venv)  # fail early if the oracle is missing
 
     results = []
-    for models, memories in _parse_sizes(args.sizes):
+    for models, memories in env.parse_sizes(args.sizes):
         repeats = args.repeats or (3 if models * 20 + memories >= 20000 else 5)
         for backend in backends:
             store = env.generated_store(models, memories, backend, venv=args.slayer_venv)

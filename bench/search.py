@@ -526,17 +526,6 @@ def report(tag: str, size: tuple[int, int], warm: dict[str, Any], startup: dict[
     print_table(["target", "measured", "status"], rows, title=f"## {tag}: targets")
 
 
-def _parse_sizes(text: str) -> list[tuple[int, int]]:
-    sizes = []
-    for part in text.split(","):
-        try:
-            m, n = part.lower().split("x")
-            sizes.append((int(m), int(n)))
-        except ValueError:
-            raise SystemExit(f"bad size {part!r}: expected MODELSxMEMORIES, e.g. 100x1000") from None
-    return sizes
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100x1000,1000x5000", help="comma-separated MODELSxMEMORIES")
@@ -556,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_slayer:
         env.slayer_python(args.slayer_venv)  # fail early if the oracle is missing
     logging_quiet()
-    results = [bench_store(m, n, b, args) for m, n in _parse_sizes(args.sizes) for b in backends]
+    results = [bench_store(m, n, b, args) for m, n in env.parse_sizes(args.sizes) for b in backends]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
     return 0

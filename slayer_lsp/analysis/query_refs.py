@@ -128,7 +128,7 @@ def _as_list(query: Mapping[str, Any], key: str) -> list[Any]:
     return list(value)
 
 
-def _order_formula_candidate(text: str) -> str | None:
+def order_formula_candidate(text: str) -> str | None:
     """``text`` when an order key is an expression (a colon aggregation, a call, or any expression
     containing an aggregation) rather than a column name."""
     if ":" in text or _FUNCSTYLE_CALL.match(text):
@@ -169,7 +169,7 @@ def _order_ref(item: Any, index: int) -> tuple[str, str]:
         column["name"] if isinstance(column, Mapping) and set(column) == {"name"}
         and isinstance(column.get("name"), str) and not _is_column_path(column["name"]) else None)
     if text is not None:
-        candidate = _order_formula_candidate(text)
+        candidate = order_formula_candidate(text)
         if candidate is not None:
             return "formula", candidate
     return "ref", _column_ref_text(column, "order", index)

@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from slayer_lsp.analysis import formulas
-from slayer_lsp.analysis.query_refs import auto_name, extract_entities_from_query
+from slayer_lsp.analysis.query_refs import auto_name, extract_entities_from_query, order_formula_candidate
 from slayer_lsp.analysis.resolver import EntityResolutionError, check_memory_id, resolve_entity
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
@@ -340,20 +340,6 @@ def _is_time_point_shape(text: str) -> bool:
     return any(r.fullmatch(token) for r in _RELATIVE_RES)
 
 
-def _order_formula_candidate(text: str) -> str | None:
-    """``text`` when an order key is an expression (legacy ``x:agg``, a call, or anything with an
-    aggregation in it), else ``None`` (then it must be a column path)."""
-    if ":" in text or _FUNCSTYLE_CALL.match(text):
-        return text
-    if _is_column_path(text):
-        return None
-    try:
-        node = formulas.parse(text)
-    except (formulas.ModeBError, RecursionError):
-        return None
-    return text if any(isinstance(n, formulas.Agg) for n in formulas.walk_refs(node)) else None
-
-
 def _may_name_datasource_granularity(entry: str) -> bool:
     callee = formulas.call_callee(entry)[1]
     if callee is None:
@@ -582,10 +568,10 @@ class _QueryNormalizer:
         if (isinstance(column, Mapping) and set(column) == {"name"} and isinstance(column["name"], str)
                 and not _is_column_path(column["name"])):
             text = column["name"]
-        if text is not None and (candidate := _order_formula_candidate(text)) is not None:
+        if text is not None and (candidate := order_formula_candidate(text)) is not None:
             column, raw_formula = text, candidate
         if isinstance(column, str):
-            if _order_formula_candidate(column) is None:
+            if order_formula_candidate(column) is None:
                 ref = self.column_ref(column, f"{where}.column")
             elif _FUNCSTYLE_CALL.match(column):
                 ref = {"name": _FUNCSTYLE_PENDING, "model": None, "label": None}
