@@ -180,7 +180,7 @@ def _is_time_call(entry: str) -> bool:
     return callee is not None and callee.casefold() in formulas.GRANULARITY_NAMES
 
 
-def _may_name_datasource_granularity(entry: str) -> bool:
+def may_name_datasource_granularity(entry: str) -> bool:
     """A whole call whose callee is no built-in name: SLayer defers it to the datasource."""
     callee = formulas.call_callee(entry)[1]
     if callee is None:
@@ -300,7 +300,7 @@ class _Walk:
             try:
                 formulas.parse(dim)
             except (formulas.ModeBError, RecursionError) as exc:
-                if not _may_name_datasource_granularity(dim):
+                if not may_name_datasource_granularity(dim):
                     raise QueryShapeError(
                         f"Dimension {dim!r} is neither a column reference (a bare identifier or dotted join "
                         f"path) nor a parseable Mode-B expression: {exc}", "dimensions", index) from exc

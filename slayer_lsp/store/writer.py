@@ -41,7 +41,12 @@ from typing import Any
 import yaml
 
 from slayer_lsp.analysis import formulas
-from slayer_lsp.analysis.query_refs import auto_name, extract_entities_from_query, order_formula_candidate
+from slayer_lsp.analysis.query_refs import (
+    auto_name,
+    extract_entities_from_query,
+    may_name_datasource_granularity,
+    order_formula_candidate,
+)
 from slayer_lsp.analysis.resolver import EntityResolutionError, check_memory_id, resolve_entity
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
@@ -340,16 +345,6 @@ def _is_time_point_shape(text: str) -> bool:
     return any(r.fullmatch(token) for r in _RELATIVE_RES)
 
 
-def _may_name_datasource_granularity(entry: str) -> bool:
-    callee = formulas.call_callee(entry)[1]
-    if callee is None:
-        return False
-    lowered = callee.lower()
-    return not (lowered in formulas.GRANULARITY_NAMES or lowered in formulas.SCALAR_FUNCTIONS
-                or lowered in formulas.TRANSFORMS
-                or formulas.normalize_aggregation_name(callee) in formulas.BUILTIN_AGGREGATIONS)
-
-
 class _QueryNormalizer:
     """Turns a user's query dict into SLayer's stored form; unknown keys of the lenient nested
     objects are dropped (as SLayer drops them) with a warning."""
@@ -487,7 +482,7 @@ class _QueryNormalizer:
         try:
             formulas.parse(value)
         except (formulas.ModeBError, RecursionError) as exc:
-            if not _may_name_datasource_granularity(value):
+            if not may_name_datasource_granularity(value):
                 raise _Refused(where, f"Dimension {value!r} is neither a column reference (a bare identifier or "
                                       f"dotted join path) nor a parseable Mode-B expression: {exc}") from exc
         return self.computed(value, None, where)

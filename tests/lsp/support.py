@@ -153,3 +153,16 @@ async def atomic_write(path: Path, text: str) -> None:
     tmp = path.parent / f".{path.name}.tmp"
     tmp.write_text(text)
     tmp.replace(path)
+
+
+def plain(value):
+    """pygls' client decodes results into namedtuples: back to JSON data."""
+    if hasattr(value, "_asdict"):
+        return {k: plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+async def request(client, method: str, params):
+    return plain(await client.protocol.send_request_async(method, params))

@@ -10,7 +10,17 @@ import pytest_asyncio
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcInvalidParams, JsonRpcMethodNotFound
 
-from .support import CLIENTS, FIXTURES, copy_store, eventually, start_client, stop_client, uri_of
+from .support import (
+    CLIENTS,
+    FIXTURES,
+    copy_store,
+    eventually,
+    plain,
+    request,
+    start_client,
+    stop_client,
+    uri_of,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -22,19 +32,6 @@ async def client(request, tmp_path_factory):
     c.store = store  # type: ignore[attr-defined]
     yield c
     await stop_client(c)
-
-
-def plain(value):
-    """pygls' client decodes results into namedtuples: back to JSON data."""
-    if hasattr(value, "_asdict"):
-        return {k: plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
-
-
-async def request(client, method: str, params):
-    return plain(await client.protocol.send_request_async(method, params))
 
 
 @pytest.mark.parametrize("name", ["17_q_and_entities", "08_e_tie_order", "13_e_stale_tag"])

@@ -11,7 +11,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 from tests import slayer_oracle as oracle
 
-from .support import codes, copy_store, diagnostics, open_doc, start_client, stop_client
+from .support import codes, copy_store, diagnostics, open_doc, plain, request, start_client, stop_client
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 needs_slayer = pytest.mark.skipif(oracle.slayer_python() is None, reason=oracle.SKIP_REASON)
@@ -24,18 +24,6 @@ async def client(request, tmp_path_factory):
     c.store = store  # type: ignore[attr-defined]
     yield c
     await stop_client(c)
-
-
-def plain(value):
-    if hasattr(value, "_asdict"):
-        return {k: plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
-
-
-async def request(client, method: str, params):
-    return plain(await client.protocol.send_request_async(method, params))
 
 
 async def search_ids(client, question: str) -> list[str]:
