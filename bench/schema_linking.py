@@ -302,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--with-slayer", action="store_true", help="also run motley-slayer on the same store")
     ap.add_argument("--dense", action="store_true",
                     help="add channel 3 (the offline embedding model; embeds the store's missing vectors first)")
+    ap.add_argument("--ranking", choices=("hybrid", "slayer", "both"), default="hybrid",
+                    help="our ranking: hybrid (the default) or slayer (SLayer's RRF pipeline), or both")
     ap.add_argument("--json", type=Path, default=None, help="write figures and per-question ranks here")
     env.add_venv_option(ap)
     args = ap.parse_args(argv)
@@ -327,10 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         for s in scopes
     }
     runs: dict[tuple[str, str], Run] = {}
+    rankings = ("hybrid", "slayer") if args.ranking == "both" else (args.ranking,)
     for s in scopes:
-        print(f"[schema-linking] ours, scope {s} ...", file=sys.stderr)
-        name = "slayer-lsp +dense" if args.dense else "slayer-lsp"
-        runs[(s, name)] = run_ours(store, calls_by_scope[s], dense=args.dense)
+        for ranking in rankings:
+            print(f"[schema-linking] ours ({ranking}), scope {s} ...", file=sys.stderr)
+            name = f"slayer-lsp {ranking}" + (" +dense" if args.dense else "")
+            runs[(s, name)] = run_ours(store, [{**c, "ranking": ranking} for c in calls_by_scope[s]],
+                                       dense=args.dense)
     if args.with_slayer:
         # One SLayer process for every scope: the searches of all scopes in one batch.
         print(f"[schema-linking] SLayer, {len(scopes) * len(questions)} searches in one process ...",
@@ -347,9 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, figures = [], []
     for s in scopes:
         for name, idx in subsets(questions):
-            for engine_name in ("slayer-lsp", "slayer-lsp +dense", "SLayer 1.4.1"):
-                run = runs.get((s, engine_name))
-                if run is None:
+            for (scope, engine_name), run in runs.items():
+                if scope != s:
                     continue
                 sc = score([questions[i] for i in idx], [run.hits[i] for i in idx])
                 errors = sum(run.errors[i] is not None for i in idx)

@@ -46,7 +46,7 @@ def _sqlite_expected(name: str, yaml_response: dict) -> dict:
 def _run(engine: Engine, call: dict) -> dict:
     from msgspec import to_builtins
 
-    return to_builtins(engine.search(parse_params(call)))
+    return to_builtins(engine.search(parse_params({**call, "ranking": "slayer"})))
 
 
 def _summary(resp: dict) -> list[tuple]:

@@ -22,6 +22,7 @@ from slayer_lsp.search import render
 from slayer_lsp.search.fulltext import FullTextIndex
 from slayer_lsp.search.tags import TagCorpus
 from slayer_lsp.search.types import (
+    ENTITY_KINDS,
     MAX_QUESTION_CHARS,
     MAX_RESULTS_CAP,
     SearchError,
@@ -70,6 +71,7 @@ class SearchIndexes:
     dense: Any = None  # slayer_lsp.embed.worker.EmbeddingWorker (channel 3), or None
     _graph_pending: frozenset[str] = frozenset()  # ids touched since the graph was last brought up to date
     ram_live: bool = False  # a long-lived engine keeps the live full-text index in memory (see rebuilt)
+    _lexicon: Any = None  # search.lexicon.Lexicon, built on the first hybrid search, then kept up to date
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _cache: dict[Any, Any] = field(default_factory=dict)  # per-snapshot derived values
 
@@ -124,9 +126,10 @@ class SearchIndexes:
                 _feed_dense(self.dense, catalog, touched, delta)
             # the graph catches up on the next cypher_filter, not on every edit
             pending = self._graph_pending | delta.touched if self._graph is not None else frozenset()
+            lexicon = self._lexicon.apply(catalog, delta) if self._lexicon is not None else None
             return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, self._graph,
                                  cache=self.cache, dense=self.dense, _graph_pending=frozenset(pending),
-                                 ram_live=self.ram_live)
+                                 ram_live=self.ram_live, _lexicon=lexicon)
 
     @property
     def needs_compaction(self) -> bool:
@@ -153,7 +156,8 @@ class SearchIndexes:
         else:
             live = snapshot
         return SearchIndexes(docs, live, by_ds, self.graph_enabled, self._graph, cache=self.cache,
-                             dense=self.dense, _graph_pending=self._graph_pending, ram_live=self.ram_live)
+                             dense=self.dense, _graph_pending=self._graph_pending, ram_live=self.ram_live,
+                             _lexicon=self._lexicon)
 
     def save_cache(self) -> None:
         """Record the live index's state so the next start reopens it (after incremental updates)."""
@@ -170,6 +174,15 @@ class SearchIndexes:
                                       if datasource in _doc_scopes(catalog, cid))
                 self.by_datasource[datasource] = index
             return index
+
+    def lexicon_for(self, catalog: Catalog):  # -> Lexicon
+        """Names, values and joins of the hybrid ranking (built once, then updated per delta)."""
+        with self._lock:
+            if self._lexicon is None:
+                from slayer_lsp.search.lexicon import Lexicon
+
+                self._lexicon = Lexicon.build(catalog)
+            return self._lexicon
 
     def graph(self, catalog: Catalog):  # -> GraphIndex
         with self._lock:
@@ -417,17 +430,59 @@ def _fused_hits(rankings: list[Ranking], depth: int, build, max_results: int  # 
 # --------------------------------------------------------------------------- the search
 
 
-def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> SearchResponse:
-    if params.max_results < 1:
-        raise SearchError(f"max_results must be >= 1; got {params.max_results}.")
+@dataclass
+class Request:
+    """A search request after the steps both rankings share: validated, inputs resolved leniently,
+    the cypher filter run, memories scoped. What is not allowed here can never be ranked."""
+
+    params: SearchParams
+    max_results: int
+    datasource: str | None
+    question: str | None  # None or blank: no channels 2 and 3
+    inputs: list[str]  # resolved canonical ids (channel 1)
+    warnings: list[str]
+    candidate_ids: frozenset[str] | None  # the cypher filter's allowlist
+    kind_filter: set[str] | None  # kinds that may come back (cypher label fallback, ``kinds``)
+    scoped: list[d.Memory]  # memories the datasource and cypher filters keep, in storage order
+    scoped_ids: frozenset[str] | set[str]
+    valid: Any  # which tags count in this scope
+
+    @property
+    def has_question(self) -> bool:
+        return bool(self.question and self.question.strip())
+
+    def memory_allowed(self) -> bool:
+        return self.kind_filter is None or "memory" in self.kind_filter
+
+
+def _validate(params: SearchParams, catalog: Catalog) -> tuple[int, str | None, list[str]]:
     warnings: list[str] = []
-    max_results = params.max_results
+    max_results = params.limit if params.limit is not None else params.max_results
+    if max_results < 1:
+        raise SearchError(f"max_results must be >= 1; got {max_results}.")
     if max_results > MAX_RESULTS_CAP:
         warnings.append(f"max_results {max_results} is above the cap; returning at most {MAX_RESULTS_CAP}.")
         max_results = MAX_RESULTS_CAP
     ds = params.datasource
     if ds is not None and ds not in catalog.datasources:
         raise SearchError(f"datasource {ds!r} not found; known: {sorted(catalog.datasources)}.")
+    if params.kinds is not None:
+        unknown = sorted(set(params.kinds) - set(ENTITY_KINDS))
+        if unknown:
+            raise SearchError(f"unknown kinds {unknown}; known: {list(ENTITY_KINDS)}.")
+    if params.ranking == "slayer":
+        extra = [f for f in ("keyword", "facet") if getattr(params, f) is not None]
+        extra += ["related"] if params.related else []
+        if extra:
+            raise SearchError(f"{', '.join(extra)} need ranking 'hybrid'; ranking 'slayer' is SLayer's surface.")
+    if params.related < 0:
+        raise SearchError(f"related must be >= 0; got {params.related}.")
+    return max_results, ds, warnings
+
+
+def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> SearchResponse:
+    """Answer one search: the shared steps, then the chosen ranking, then the narrowing by score."""
+    max_results, ds, warnings = _validate(params, catalog)
     question = params.question
     if question is not None and len(question) > MAX_QUESTION_CHARS:
         warnings.append(f"question cut to its first {MAX_QUESTION_CHARS} characters.")
@@ -439,6 +494,8 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
     has_question = bool(question and question.strip())
 
     candidate_ids, kind_filter = _apply_cypher(catalog, indexes, params.cypher_filter, warnings)
+    if params.kinds is not None:
+        kind_filter = set(params.kinds) if kind_filter is None else kind_filter & set(params.kinds)
     if candidate_ids is not None and not candidate_ids:
         warnings.append("cypher_filter returned no matching nodes; search returned no results.")
         return SearchResponse(results=[], resolved_input_entities=inputs, warnings=_dedup(warnings))
@@ -460,7 +517,25 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
         warnings.extend(f"{c!r} excluded by cypher_filter." for c in inputs
                         if is_memory_ref(c) and c not in candidate_ids)
     valid = _validity(catalog, ds, scoped_ids)
+    req = Request(params, max_results, ds, question, inputs, warnings, candidate_ids, kind_filter,
+                  scoped, scoped_ids, valid)
+    if params.ranking == "slayer":
+        results = _slayer_ranking(catalog, indexes, req)
+    else:
+        from slayer_lsp.search import hybrid
 
+        results = hybrid.rank(catalog, indexes, req)
+    if params.min_score is not None:
+        results = [h for h in results if h.score >= params.min_score]
+    _warn_stale_queries(catalog, req, results)
+    return SearchResponse(results=results, resolved_input_entities=inputs, warnings=_dedup(req.warnings))
+
+
+def _slayer_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchHit]:
+    """SLayer 1.4.1's ranking: channels per kind fused with RRF (k = 60), the cut exact."""
+    ds, question, inputs, warnings = req.datasource, req.question, req.inputs, req.warnings
+    candidate_ids, kind_filter, valid = req.candidate_ids, req.kind_filter, req.valid
+    scoped, scoped_ids, has_question, max_results = req.scoped, req.scoped_ids, req.has_question, req.max_results
     named, named_warnings = _named_ranking(catalog, inputs, ds, candidate_ids)
     warnings.extend(named_warnings)
 
@@ -501,27 +576,30 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
         return [r for r in mems + ents if r[0]]
 
     def build(key: str, score: float) -> SearchHit | None:
-        return _hit(catalog, indexes, key, score, inputs, valid, candidate_ids, kind_filter, params.compact)
+        return _hit(catalog, indexes, key, score, inputs, valid, candidate_ids, kind_filter, req.params.compact)
 
     depth = _initial_depth(max_results)
     results = _fused_hits(rankings(depth), depth, build, max_results)
     while results is None:  # deeper until the answer is certain (the full depth always is)
         depth = TEXT_DEPTH if depth * 10 >= TEXT_DEPTH else depth * 10
         results = _fused_hits(rankings(depth), depth, build, max_results)
+    return results
 
+
+def _warn_stale_queries(catalog: Catalog, req: Request, results: list[SearchHit]) -> None:
+    """SLayer warns about each returned or named memory whose example query no longer resolves."""
     warned: set[str] = set()
     for hit in results:
         if hit.kind == "memory" and hit.query is not None:
             mem = catalog.memory(hit.id)
             if mem is not None and (w := stale_query_warning(catalog, mem)):
-                warnings.append(w)
+                req.warnings.append(w)
             warned.add(hit.id)
-    for c in inputs:
-        if is_memory_ref(c) and memory_id_of(c) in scoped_ids and memory_id_of(c) not in warned:
+    for c in req.inputs:
+        if is_memory_ref(c) and memory_id_of(c) in req.scoped_ids and memory_id_of(c) not in warned:
             mem = catalog.memory(memory_id_of(c))
             if mem is not None and (w := stale_query_warning(catalog, mem)):
-                warnings.append(w)
-    return SearchResponse(results=results, resolved_input_entities=inputs, warnings=_dedup(warnings))
+                req.warnings.append(w)
 
 
 _LABEL_KINDS = {"memory": "memory", "datasource": "datasource", "model": "model", "column": "column",
