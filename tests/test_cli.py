@@ -27,7 +27,7 @@ def test_version():
 def test_search_json_has_slayers_shape(store):
     expected = json.loads((EXPECTED / "10_e_join_path_and_agg.json").read_text())["response"]
     out = run("search", "--storage", str(store), "--entity", "sum(orders.order_total)",
-              "--entity", "orders.customers.city", "--format", "json")
+              "--entity", "orders.customers.city", "--format", "json", "--ranking", "slayer")
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert list(got) == ["results", "resolved_input_entities", "warnings"]
