@@ -27,7 +27,9 @@ these terms: higher is better, comparable within one answer only.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +43,8 @@ from slayer_lsp.search.types import SearchHit
 if TYPE_CHECKING:
     from slayer_lsp.search.service import Request, SearchIndexes
 
-CANDIDATES = 300  # per channel: deeper ranks carry too little evidence to reach the answer
+CANDIDATES = 200  # per channel: deeper ranks carry too little evidence to reach the answer
+MEMORY_CANDIDATES = 100
 W_TEXT = 1.0
 W_DENSE = 1.5
 W_NAME = 0.5
@@ -82,9 +85,11 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     _route(catalog, indexes, sc)
 
     final: dict[str, float] = {}
+    tables, dss = sc.table, sc.datasource
     for cid, own in sc.own.items():
-        table, ds = _parents(cid)
-        final[cid] = own + W_TABLE * sc.table.get(table or "", 0.0) + W_DATASOURCE * sc.datasource.get(ds, 0.0)
+        parts = cid.split(".", 2)
+        table = tables.get(f"{parts[0]}.{parts[1]}", 0.0) if len(parts) > 1 else 0.0
+        final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(parts[0], 0.0)
     for mid, own in mem_own.items():
         final[memory_ref(mid)] = own + _memory_routing(catalog, mid, sc)
     if req.has_question and allowed.kind_ok("column"):
@@ -94,7 +99,7 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
         final[cid] = top + 1.0 + i
 
     results: list[SearchHit] = []
-    for cid in sorted(final, key=lambda c: (-final[c], c)):
+    for cid in _best_first(final, req.max_results):
         if is_memory_ref(cid):
             mem = catalog.memory(memory_id_of(cid)) if allowed.memories_on else None
             hit = _memory_hit(mem, final[cid], req.inputs, req.valid, req.params.compact) if mem else None
@@ -135,9 +140,13 @@ class _Allowed:
         return self.memories_on and mid in self.memory_ids
 
 
-def _parents(cid: str) -> tuple[str | None, str]:
-    parts = cid.split(".")
-    return (".".join(parts[:2]) if len(parts) >= 2 else None), parts[0]
+def _best_first(final: dict[str, float], wanted: int) -> Iterator[str]:
+    """Ids by score (ties by id): a partial sort first, the full one only if hits were dropped."""
+    key = lambda c: (-final[c], c)  # noqa: E731
+    head = heapq.nsmallest(4 * wanted + 16, final, key=key)
+    yield from head
+    if len(head) < len(final):
+        yield from sorted(final, key=key)[len(head):]
 
 
 def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed,
@@ -148,7 +157,7 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
     ent_allow = frozenset(c for c in req.candidate_ids if not is_memory_ref(c)) if req.candidate_ids else None
     mem_allow = frozenset(memory_ref(m) for m in allowed.memory_ids) if req.candidate_ids is not None else None
     text = index.search(query, memories=False, limit=CANDIDATES, allow=ent_allow) if query is not None else []
-    mtext = (index.search(query, memories=True, limit=CANDIDATES, allow=mem_allow)
+    mtext = (index.search(query, memories=True, limit=MEMORY_CANDIDATES, allow=mem_allow)
              if query is not None and allowed.memories_on else [])
     best = max((h.score for h in (*text, *mtext)), default=0.0) or 1.0
     for h in text:
@@ -239,18 +248,25 @@ def _route(catalog: Catalog, indexes: SearchIndexes, sc: _Scores) -> None:
 
 
 def _memory_routing(catalog: Catalog, mid: str, sc: _Scores) -> float:
+    """A memory is routed like the entities it is tagged with: its best table and datasource."""
     mem = catalog.memory(mid)
     if mem is None:
         return 0.0
-    tables = [sc.table.get(_parents(t)[0] or "", 0.0) for t in mem.entities if not is_memory_ref(t)]
-    dss = [sc.datasource.get(_parents(t)[1], 0.0) for t in mem.entities if not is_memory_ref(t)]
-    return W_TABLE * max(tables, default=0.0) + W_DATASOURCE * max(dss, default=0.0)
+    table = ds = 0.0
+    for tag in mem.entities:
+        if is_memory_ref(tag):
+            continue
+        parts = tag.split(".", 2)
+        ds = max(ds, sc.datasource.get(parts[0], 0.0))
+        if len(parts) > 1:
+            table = max(table, sc.table.get(f"{parts[0]}.{parts[1]}", 0.0))
+    return W_TABLE * table + W_DATASOURCE * ds
 
 
 def _complete_joins(catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final: dict[str, float],
                     allowed: _Allowed) -> None:
-    leaves = sorted((c for c in final if not is_memory_ref(c) and c.count(".") >= 2
-                     and catalog.kind_of(c) in LEAF_KINDS), key=lambda c: -final[c])
+    leaves = heapq.nlargest(JOIN_AFTER, (c for c in final if c.count(".") >= 2 and not is_memory_ref(c)
+                                         and catalog.kind_of(c) in LEAF_KINDS), key=final.__getitem__)
     if not leaves:
         return
     best_ds = leaves[0].split(".", 1)[0]
@@ -266,7 +282,7 @@ def _complete_joins(catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final
     keys = [k for k in dict.fromkeys(keys) if k not in head and allowed.entity(k)]
     if not keys:
         return
-    anchor = final[leaves[min(JOIN_AFTER, len(leaves)) - 1]]
+    anchor = final[leaves[-1]]
     for i, key in enumerate(keys, start=1):
         final[key] = max(final.get(key, 0.0), anchor - 1e-6 * i)
 

@@ -6,6 +6,7 @@ updated per ``Delta`` (only the touched entities are re-read). Plain data; no ra
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 from collections import defaultdict
@@ -89,8 +90,9 @@ class Lexicon:
 
     # ------------------------------------------------------------------ lookups
 
-    def name_scores(self, question_stems: Iterable[str], allow=None) -> dict[str, float]:  # noqa: ANN001
-        """IDF-weighted overlap of the question's stems with each name, damped by name length."""
+    def name_scores(self, question_stems: Iterable[str], allow=None, limit: int = 200) -> dict[str, float]:  # noqa: ANN001
+        """IDF-weighted overlap of the question's stems with each name, damped by name length: the
+        ``limit`` best."""
         n = max(len(self.stems), 1)
         scores: dict[str, float] = defaultdict(float)
         with self._lock:
@@ -103,7 +105,11 @@ class Lexicon:
                 for cid in ids:
                     if allow is None or cid in allow:
                         scores[cid] += idf
-            return {cid: s / (1 + 0.1 * len(self.stems[cid])) for cid, s in scores.items()}
+            stems = self.stems
+            damped = {cid: s / (1 + 0.1 * len(stems[cid])) for cid, s in scores.items()}
+        if len(damped) <= limit:
+            return damped
+        return dict(heapq.nlargest(limit, damped.items(), key=lambda kv: kv[1]))
 
     def value_matches(self, question: str, allow=None) -> set[str]:  # noqa: ANN001
         """Columns one of whose sampled values the question names."""
