@@ -37,7 +37,7 @@ async def client(request, tmp_path_factory):
 @pytest.mark.parametrize("name", ["17_q_and_entities", "08_e_tie_order", "13_e_stale_tag"])
 async def test_search_answers_like_slayer(client, name):
     case = json.loads((FIXTURES / "expected" / f"{name}.json").read_text())
-    got = await request(client, "slayer/search", case["call"])
+    got = await request(client, "slayer/search", {**case["call"], "ranking": "slayer"})
     want = case["response"]
     assert [(h["kind"], h["id"]) for h in got["results"]] == [(h["kind"], h["id"]) for h in want["results"]]
     assert got["warnings"] == want["warnings"]

@@ -35,7 +35,7 @@ def test_neovim_headless_client(tmp_path_factory):
     out = work / "out.json"
     case = json.loads(SEARCH_CASE.read_text())
     env = {**os.environ, "LSP_CMD": f"{sys.executable} -m slayer_lsp.lsp --storage {store} --log-level WARNING",
-           "LSP_FILE": str(probe), "LSP_OUT": str(out), "LSP_SEARCH": json.dumps(case["call"]), "HOME": str(work), "XDG_CONFIG_HOME": str(work / "config"),
+           "LSP_FILE": str(probe), "LSP_OUT": str(out), "LSP_SEARCH": json.dumps({**case["call"], "ranking": "slayer"}), "HOME": str(work), "XDG_CONFIG_HOME": str(work / "config"),
            "XDG_DATA_HOME": str(work / "data"), "XDG_STATE_HOME": str(work / "state")}
     proc = subprocess.run([nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c",
                            f"luafile {HERE / 'neovim_client.lua'}"], cwd=REPO, env=env, capture_output=True,
