@@ -34,11 +34,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref, rooted_at
+from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, rooted_at
 from slayer_lsp.search import names, values
 from slayer_lsp.search.lexicon import LEAF_KINDS
-from slayer_lsp.search.tags import TagCorpus
-from slayer_lsp.search.types import SearchHit
+from slayer_lsp.search.types import MAX_RELATED_HOPS, SearchHit
 
 if TYPE_CHECKING:
     from slayer_lsp.search.service import Request, SearchIndexes
@@ -60,6 +59,10 @@ JOIN_TABLE_RATIO = 0.5  # tables within this share of the best table's score are
 JOIN_TABLES = 3
 JOIN_AFTER = 6  # join keys come right after this many leaves
 EVIDENCE_MEMORIES = 3
+EVIDENCE_MEMORY_RATIO = 0.5  # only memories within this share of the best memory's score lend evidence
+EVIDENCE_DATASOURCE_RATIO = 1.0  # ... and only to datasources within this share of the best one
+MEMORY_FULL_ROUTING = 2.0  # a memory this strong (e.g. first in two channels) is routed like an entity
+MEMORY_SCALE = 61.0  # the memory ranking's fused RRF score (k = 60) -> about 1 per channel at rank 1
 
 
 @dataclass
@@ -76,13 +79,14 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     req.warnings.extend(named_warnings)
     allowed = _Allowed(catalog, indexes, req)
     sc = _Scores()
-    mem_own: dict[str, float] = defaultdict(float)
+    dense_memories: list[tuple[str, float]] = []
     if req.has_question:
-        _question_evidence(catalog, indexes, req, allowed, sc, mem_own)
-    if req.inputs and allowed.memories_on:
-        _tag_evidence(catalog, indexes, req, mem_own)
-    _memory_evidence(catalog, mem_own, sc, allowed)
-    _route(catalog, indexes, sc)
+        dense_memories = _question_evidence(catalog, indexes, req, allowed, sc)
+    matches = _memories(catalog, indexes, req, allowed, dense_memories)
+    mem_own = {m.memory_id: MEMORY_SCALE * m.score for m in matches}
+    _route(sc)
+    if _memory_evidence(catalog, mem_own, sc, allowed):
+        _route(sc)
 
     final: dict[str, float] = {}
     tables, dss = sc.table, sc.datasource
@@ -90,8 +94,13 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
         parts = cid.split(".", 2)
         table = tables.get(f"{parts[0]}.{parts[1]}", 0.0) if len(parts) > 1 else 0.0
         final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(parts[0], 0.0)
-    for mid, own in mem_own.items():
-        final[memory_ref(mid)] = own + _memory_routing(catalog, mid, sc)
+    previous = None
+    for m in matches:  # routed like their tags, but never out of the memory ranking's own order
+        own = mem_own[m.memory_id]  # a weak match is routed weakly: it must not ride on its tags alone
+        score = own + min(1.0, own / MEMORY_FULL_ROUTING) * _memory_routing(catalog, m.memory_id, sc)
+        previous = score if previous is None else min(score, previous - 1e-6)
+        final[m.canonical] = previous
+    via = {m.canonical: m.via for m in matches if m.via}
     if req.has_question and allowed.kind_ok("column"):
         _complete_joins(catalog, indexes, sc, final, allowed)
     top = max(final.values(), default=0.0)
@@ -103,6 +112,8 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
         if is_memory_ref(cid):
             mem = catalog.memory(memory_id_of(cid)) if allowed.memories_on else None
             hit = _memory_hit(mem, final[cid], req.inputs, req.valid, req.params.compact) if mem else None
+            if hit is not None and cid in via:
+                hit.via = via[cid]
         else:
             hit = _hit(catalog, indexes, cid, final[cid], req.inputs, req.valid, req.candidate_ids,
                        req.kind_filter, req.params.compact)
@@ -112,6 +123,23 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
             if len(results) >= req.max_results:
                 break
     return results
+
+
+def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed,
+              dense: list[tuple[str, float]]) -> list[Any]:
+    """The memory side (``search/memories.py``): pieces, exact tokens, keyword, tags, links,
+    recency — one match per memory, best first."""
+    if not allowed.memories_on or not allowed.memory_ids:
+        return []
+    from slayer_lsp.search.memories import rank_memories
+
+    corpus = indexes.tag_corpus(catalog, req.datasource) if req.candidate_ids is None else None
+    return rank_memories(
+        catalog, indexes.pieces_for(catalog), question=req.question if req.has_question else None,
+        named=req.inputs, allowed=allowed.memory_ids,
+        dense=[(memory_id_of(c), 0, cos) for c, cos in dense] if dense else None,
+        keyword=req.params.keyword, related=min(req.params.related, MAX_RELATED_HOPS),
+        tag_corpus=corpus, depth=max(MEMORY_CANDIDATES, 2 * req.max_results))
 
 
 class _Allowed:
@@ -150,30 +178,23 @@ def _best_first(final: dict[str, float], wanted: int) -> Iterator[str]:
 
 
 def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed,
-                       sc: _Scores, mem_own: dict[str, float]) -> None:
+                       sc: _Scores) -> list[tuple[str, float]]:
+    """The entities' own evidence from every channel; returns the dense channel's memory hits
+    (``memory:<id>``, cosine) for the memory side."""
     question = req.question or ""
-    index = indexes.fulltext_for(catalog, req.datasource)
+    index = indexes.entity_text_for(req.datasource)
     query = index.parse(question)
     ent_allow = frozenset(c for c in req.candidate_ids if not is_memory_ref(c)) if req.candidate_ids else None
-    mem_allow = frozenset(memory_ref(m) for m in allowed.memory_ids) if req.candidate_ids is not None else None
     text = index.search(query, memories=False, limit=CANDIDATES, allow=ent_allow) if query is not None else []
-    mtext = (index.search(query, memories=True, limit=MEMORY_CANDIDATES, allow=mem_allow)
-             if query is not None and allowed.memories_on else [])
-    best = max((h.score for h in (*text, *mtext)), default=0.0) or 1.0
+    best = max((h.score for h in text), default=0.0) or 1.0
     for h in text:
         if allowed.entity(h.canonical):
             sc.own[h.canonical] += W_TEXT * h.score / best
-    for h in mtext:
-        mid = memory_id_of(h.canonical)
-        if allowed.memory(mid):
-            mem_own[mid] += W_TEXT * h.score / best
     for cid in index.exact_ids(question):  # a canonical id written in the question
-        if is_memory_ref(cid):
-            if allowed.memory(memory_id_of(cid)):
-                mem_own[memory_id_of(cid)] += W_TEXT * 2
-        elif allowed.entity(cid):
+        if not is_memory_ref(cid) and allowed.entity(cid):
             sc.own[cid] += W_TEXT * 2
 
+    dense_memories: list[tuple[str, float]] = []
     if indexes.dense is not None:
         allow = indexes.scope_ids(catalog, req.datasource) if req.datasource is not None else None
         if req.candidate_ids is not None:
@@ -181,11 +202,11 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
         hits = indexes.dense.search(question, k=CANDIDATES, allow=allow)
         req.warnings.extend(hits.warnings)
         for kind, ranked in hits.by_kind.items():
+            if kind == "memory":
+                dense_memories = [(c, cos) for c, cos in ranked if allowed.memory(memory_id_of(c))]
+                continue
             for cid, cos in ranked:
-                if kind == "memory":
-                    if allowed.memory(memory_id_of(cid)):
-                        mem_own[memory_id_of(cid)] += W_DENSE * max(cos, 0.0)
-                elif allowed.entity(cid):
+                if allowed.entity(cid):
                     sc.own[cid] += W_DENSE * max(cos, 0.0)
 
     lexicon = indexes.lexicon_for(catalog)
@@ -205,34 +226,31 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
         for cid in list(sc.own):
             if cid.count(".") >= 2 and shapes & lexicon.shapes_of(cid):
                 sc.own[cid] += W_SHAPE * len(shapes & lexicon.shapes_of(cid))
+    return dense_memories
 
 
-def _tag_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, mem_own: dict[str, float]) -> None:
-    """Channel 1: memories whose tags name the inputs (BM25 over tags, as SLayer ranks them)."""
-    corpus = (indexes.tag_corpus(catalog, req.datasource) if req.candidate_ids is None
-              else TagCorpus.build(req.scoped, req.valid))
-    ranked = corpus.rank(req.inputs)
-    best = max((s for _, s in ranked), default=0.0) or 1.0
-    for mid, s in ranked:
-        if mid in req.scoped_ids:
-            mem_own[mid] += W_TAGS * s / best
-    for c in req.inputs:  # a named memory is itself evidence
-        if is_memory_ref(c) and memory_id_of(c) in req.scoped_ids:
-            mem_own[memory_id_of(c)] += W_TAGS
-
-
-def _memory_evidence(catalog: Catalog, mem_own: dict[str, float], sc: _Scores, allowed: _Allowed) -> None:
-    """The best matching memories lend part of their score to the entities they are tagged with."""
+def _memory_evidence(catalog: Catalog, mem_own: dict[str, float], sc: _Scores, allowed: _Allowed) -> bool:
+    """The best matching memories lend part of their score to the entities they are tagged with —
+    within the datasources the question is routed to (a memory about another database must not
+    pull that database's columns in). Returns whether anything was lent."""
+    if not mem_own:
+        return False
+    best_ds = max(sc.datasource.values(), default=0.0)
+    routed = {ds for ds, s in sc.datasource.items() if s >= EVIDENCE_DATASOURCE_RATIO * best_ds}
+    best = max(mem_own.values())
+    lent = False
     for mid, score in sorted(mem_own.items(), key=lambda kv: -kv[1])[:EVIDENCE_MEMORIES]:
         mem = catalog.memory(mid)
-        if mem is None:
+        if mem is None or score < EVIDENCE_MEMORY_RATIO * best:
             continue
         for tag in mem.entities:
-            if not is_memory_ref(tag) and allowed.entity(tag):
+            if not is_memory_ref(tag) and allowed.entity(tag) and (not routed or tag.split(".", 1)[0] in routed):
                 sc.own[tag] += W_MEMORY_EVIDENCE * score
+                lent = True
+    return lent
 
 
-def _route(catalog: Catalog, indexes: SearchIndexes, sc: _Scores) -> None:
+def _route(sc: _Scores) -> None:
     """Table and datasource scores from the leaves' own scores (and the tables' own documents)."""
     leaves: dict[str, list[float]] = defaultdict(list)
     for cid, own in sc.own.items():

@@ -51,6 +51,9 @@ class SearchHit(msgspec.Struct, kw_only=True):
     description: str | None = None
     matched_entities: list[str] = []
     query: dict[str, Any] | None = None
+    # a memory reached by a link hop (``related``): the ``memory:<id>`` it was reached from; absent
+    # otherwise, so that a hit has exactly SLayer's fields unless slayer-lsp has more to say
+    via: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class SearchResponse(msgspec.Struct, kw_only=True):

@@ -1,0 +1,549 @@
+"""Memory pieces: a memory is matched by its small pieces and answered by its whole text.
+
+To be *found*, text must be short and specific (a long note scores as the average of everything it
+says); to be *useful*, an answer must be whole. So each memory's prose (its learning, then its
+description unless the learning already says it; the example query is JSON, not prose, and the
+tags are not prose either: see *about* below) is cut into pieces of about one sentence, with no
+overlap: the whole memory is always one step away, and repeated text would only make
+neighbouring pieces harder to tell apart. A piece is an index entry, never a result.
+
+``split_pieces`` cuts text at line structure first (blank lines, bullets, numbered items,
+headings, table rows, fenced code), then at sentence ends (``. ! ?`` and ``;`` followed by a
+space), leaving abbreviations (``e.g.``, ``Dr.``, initials), decimals (``3.5``) and canonical ids
+(``ds.model.col``) whole; fragments of fewer than three words (a title, "Yes.", "Notes:") join
+the next piece, and a sentence longer than ``MAX_PIECE_CHARS`` is cut at a comma, colon or dash
+near the bound (else at a space).
+
+``MemoryPieceIndex`` is a tantivy index in RAM with one document per piece (memory id, piece
+number, text), updated per memory from a catalog ``Delta``. Its ranking returns one entry per
+memory, the best piece, restricted before ranking to the memories the caller may return. Each
+memory also has one *about* document: the words of the entities it is tagged with
+(``jaffle.orders.order_total`` -> "jaffle orders order total"), ranked on its own (``rank_about``)
+so that what a memory is about counts without its tag list ever being a piece.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import tantivy
+
+from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of
+from slayer_lsp.search.tokens import TOKEN_RE, LiteralIndex
+from slayer_lsp.store import documents as d
+
+if TYPE_CHECKING:
+    from slayer_lsp.catalog import Catalog, Delta
+
+log = logging.getLogger(__name__)
+
+MAX_PIECE_CHARS = 300
+MIN_PIECE_WORDS = 3
+
+# Words that end in a period without ending the sentence (compared case-folded, without the dot).
+ABBREVIATIONS = frozenset("""
+a.m p.m e.g i.e cf vs viz al approx appr incl excl est no nr nos num fig figs eq ref refs dept div ca
+corp inc ltd co bros mr mrs ms dr prof st mt jr sr sgt capt gov jan feb apr jun jul aug sep sept oct
+nov dec mon tue tues wed thu thur thurs fri u.s u.k u.n e.u a.k.a vol eds pp para sec ch
+""".split())
+
+_BULLET = re.compile(r"^\s*(?:[-*+\u2022\u2023\u25e6\u2043\u2219]|\d{1,3}[.)]|[a-z][.)](?=\s)|[A-Z]\)(?=\s))\s+")  # "J. Smith" is a name
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+")
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_TABLE_RULE = re.compile(r"^\s*\|?[\s:|-]+\|?\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+# A candidate sentence end: terminal punctuation (and closing quotes/brackets), then whitespace.
+_END = re.compile(r"(?:[.!?\u2026]+|;)[\"'\u201d\u2019)\]]*(?=\s+\S)")
+_WORD_BEFORE = re.compile(r"([\w.]+)\.$")
+_SOFT_BREAK = re.compile(r"(?:[,:]\s|\s[-\u2013\u2014]\s|\s\()")
+
+# Function words dropped from pieces and questions alike. On one-sentence pieces BM25's length
+# normalisation makes a rare "how" or "who" outweigh the content words; comparatives, negations
+# and time words ("before", "more", "not", "first") are content in this domain and stay.
+STOPWORDS = tuple("""
+a an the and or but nor so yet if then than that this these those there here it its itself is are
+was were be been being am do does did doing done have has had having will would shall should can
+could may might must ought i me my mine myself we us our ours ourselves you your yours yourself
+yourselves he him his himself she her hers herself they them their theirs themselves what which
+who whom whose when where why how of to in on at by for with from into onto about as also just
+ever very too please tell show give let lets s t d ll re ve m
+""".split())
+ANALYZER = "memory_pieces"
+
+
+# --------------------------------------------------------------------------- splitting
+
+
+def _blocks(text: str) -> list[tuple[bool, str]]:
+    """(is code, text) runs that belong together, split at line structure: soft-wrapped prose
+    lines are joined with a space; fenced code keeps its lines."""
+    blocks: list[tuple[bool, str]] = []
+    current: list[str] = []
+    code: list[str] | None = None  # inside a fence
+
+    def flush() -> None:
+        if current:
+            blocks.append((False, " ".join(" ".join(current).split())))
+            current.clear()
+
+    for raw in text.splitlines():
+        if _FENCE.match(raw):
+            if code is None:
+                flush()
+                code = []
+            else:
+                if code:
+                    blocks.append((True, "\n".join(code)))
+                code = None
+            continue
+        if code is not None:
+            if raw.strip():
+                code.append(raw.strip())
+            continue
+        line = raw.strip()
+        if not line or (_TABLE_RULE.fullmatch(line) and "-" in line):
+            flush()
+            continue
+        if _TABLE_ROW.match(line):
+            flush()
+            blocks.append((False, " ".join(c.strip() for c in line.strip("|").split("|") if c.strip())))
+            continue
+        marker = _BULLET.match(line) or _HEADING.match(line)
+        if marker:
+            flush()
+            line = line[marker.end():].strip()
+            if not line:
+                continue
+        elif current and _looks_like_title(current[-1]) and line[:1].isupper():
+            flush()  # "Payment terms" on its own line, then a sentence
+        current.append(line)
+    if code:
+        blocks.append((True, "\n".join(code)))  # an unclosed fence runs to the end
+    flush()
+    return blocks
+
+
+def _looks_like_title(line: str) -> bool:
+    return len(line) < 40 and not line.endswith((".", "!", "?", ":", ";", ",")) and line[:1].isupper()
+
+
+def _is_boundary(block: str, start: int, end: int) -> bool:
+    """Whether the punctuation at ``block[start:end]`` really ends a sentence."""
+    punct = block[start:end]
+    nxt = block[end:].lstrip()[:1]
+    if punct.startswith(";"):
+        return True
+    if nxt.islower():
+        return False  # "approx. three", "e.g. this", "No. of orders" stay together
+    if punct.rstrip("\"'\u201d\u2019)]") == ".":
+        m = _WORD_BEFORE.search(block[:start + 1])
+        if m is not None:
+            word = m.group(1).casefold()
+            if word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
+                return False  # an abbreviation or an initial ("J. Smith")
+    return True
+
+
+def _sentences(block: str) -> list[str]:
+    out: list[str] = []
+    last = 0
+    for m in _END.finditer(block):
+        if _is_boundary(block, m.start(), m.end()):
+            out.append(block[last:m.end()].strip())
+            last = m.end()
+    out.append(block[last:].strip())
+    return [s for s in out if s]
+
+
+def _words(text: str) -> int:
+    return len(TOKEN_RE.findall(text))
+
+
+def _merge_short(sentences: list[str]) -> list[str]:
+    """Fragments of fewer than MIN_PIECE_WORDS words join the next sentence (the last joins the
+    previous one), so "Yes." or "Note:" never stands alone."""
+    out: list[str] = []
+    carry = ""
+    for s in sentences:
+        s = f"{carry} {s}".strip() if carry else s
+        if _words(s) < MIN_PIECE_WORDS:
+            carry = s
+            continue
+        carry = ""
+        out.append(s)
+    if carry:
+        if out:
+            out[-1] = f"{out[-1]} {carry}"
+        else:
+            out.append(carry)
+    return out
+
+
+def _bounded(sentence: str, limit: int = MAX_PIECE_CHARS) -> list[str]:
+    """A sentence cut into parts of at most ``limit`` characters: at the last comma, colon, dash
+    or bracket in the second half of the window, else at the last space, else hard."""
+    out: list[str] = []
+    rest = sentence
+    while len(rest) > limit:
+        window = rest[:limit + 1]
+        cut = -1
+        for m in _SOFT_BREAK.finditer(window):
+            if m.start() >= limit // 2:
+                cut = m.start() + (1 if window[m.start()] in ",:" else 0)
+        if cut < 0:
+            cut = window.rfind(" ", limit // 2)
+        if cut <= 0:
+            cut = limit
+        out.append(rest[:cut].strip())
+        rest = rest[cut:].strip()
+    if rest:
+        out.append(rest)
+    return [p for p in out if p]
+
+
+def split_pieces(text: str | None) -> list[str]:
+    """Cut prose into pieces of about one sentence, in order, covering the text without overlap
+    (whitespace normalised, list markers dropped). A fragment of fewer than MIN_PIECE_WORDS words
+    (a title line, "Yes.", "Notes:") joins the piece after it."""
+    if not text or not text.strip():
+        return []
+    units: list[str] = []
+    for is_code, block in _blocks(text):
+        if is_code:  # lines packed up to the bound, never cut at a period
+            units.extend(_pack_lines(block.split("\n")))
+        else:
+            units.extend(_sentences(block))
+    return [p for unit in _merge_short(units) for p in _bounded(unit)]
+
+
+def _pack_lines(lines: list[str], limit: int = MAX_PIECE_CHARS) -> list[str]:
+    out: list[str] = []
+    for line in lines:
+        if out and len(out[-1]) + 1 + len(line) <= limit:
+            out[-1] = f"{out[-1]}\n{line}"
+        else:
+            out.extend(_bounded(line, limit))
+    return out
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def piece_texts(memory: d.Memory) -> list[str]:
+    """A memory's pieces, numbered by position: the learning's, then the description's unless
+    the learning already holds the description; a piece repeated verbatim is kept once. The same
+    list numbers the dense piece vectors (``memory:<id>#<n>``)."""
+    pieces = split_pieces(memory.learning)
+    desc = memory.description
+    if desc and desc.strip() and _norm(desc) not in _norm(memory.learning or ""):
+        pieces.extend(split_pieces(desc))
+    out: list[str] = []
+    seen: set[str] = set()
+    for p in pieces:
+        key = _norm(p)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+# --------------------------------------------------------------------------- the index
+
+
+@dataclass(frozen=True, slots=True)
+class PieceHit:
+    """The best piece of one memory for a query."""
+
+    memory_id: str
+    piece_no: int
+    text: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    pieces: tuple[str, ...]
+    tags: tuple[str, ...]
+
+    @property
+    def about(self) -> str:
+        return about_text(self.tags)
+
+
+ABOUT_PIECE = 2**32  # the piece number of a memory's about document (never a real piece)
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])")
+
+
+def about_text(tags: Iterable[str]) -> str:
+    """The words of a memory's entity tags (``memory:<id>`` links are not about anything)."""
+    words: list[str] = []
+    for tag in tags:
+        if not is_memory_ref(tag):
+            words.append(_CAMEL.sub(" ", re.sub(r"[._-]+", " ", tag)))
+    return " ".join(" ".join(words).split())
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("mid", stored=False, tokenizer_name="raw")
+    builder.add_unsigned_field("key", stored=False, indexed=False, fast=True)
+    builder.add_unsigned_field("piece", stored=False, indexed=False, fast=True)
+    builder.add_text_field("text", stored=False, tokenizer_name=ANALYZER)
+    builder.add_text_field("about", stored=False, tokenizer_name=ANALYZER)
+    return builder.build()
+
+
+def _analyzer() -> tantivy.TextAnalyzer:
+    """tantivy's ``en_stem`` (simple tokens, long ones dropped, lower-cased, stemmed) with the
+    function words removed before stemming."""
+    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.remove_long(40))
+            .filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.custom_stopword(list(STOPWORDS)))
+            .filter(tantivy.Filter.stemmer("english"))
+            .build())
+
+
+def _query_text(question: str) -> str:
+    """A question as plain query-parser input: words (lower-cased, so AND/OR/NOT are words) and
+    compound tokens as phrases (``PROD-4471`` -> ``"prod 4471"``). It never fails to parse."""
+    terms: list[str] = []
+    for tok in TOKEN_RE.findall(question):
+        parts = [p for p in re.split(r"[-.:@_]", tok.lower()) if p]
+        if len(parts) > 1:
+            terms.append('"' + " ".join(parts) + '"')
+        elif parts:
+            terms.append(parts[0])
+    return " ".join(terms)
+
+
+class MemoryPieceIndex:
+    """Pieces of every memory of a catalog: a tantivy index (full text), a literal index (exact
+    tokens), the tags of each memory (literal tag matches) and the links between memories
+    (``memory:<id>`` tags, both directions)."""
+
+    def __init__(self) -> None:
+        self._schema = _schema()
+        self._index = tantivy.Index(self._schema)
+        self._index.register_tokenizer(ANALYZER, _analyzer())
+        self._writer = self._index.writer(heap_size=16_000_000, num_threads=1)
+        self._lock = threading.RLock()
+        self._entries: dict[str, _Entry] = {}
+        self._keys: dict[str, int] = {}  # memory id -> u64 fast-field key
+        self._names: list[str] = []
+        self._tag_members: dict[str, set[str]] = {}  # case-folded tag -> memory ids carrying it
+        self._linked_from: dict[str, set[str]] = {}  # memory id -> memories whose tags name it
+        self.literal = LiteralIndex()
+        self.deletions = 0  # replaced pieces still weigh in BM25 statistics until a rebuild
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def build(cls, catalog: Catalog) -> MemoryPieceIndex:
+        index = cls()
+        index.sync(catalog.memories)
+        return index
+
+    def apply(self, catalog: Catalog, delta: Delta) -> MemoryPieceIndex:
+        """Bring the index up to date with ``catalog`` for the memories ``delta`` touches (in
+        place; returns itself, as ``SearchIndexes.apply`` expects of its parts)."""
+        touched = [memory_id_of(c) for c in delta.touched if is_memory_ref(c)]
+        if touched:
+            self.replace(touched, catalog.memories)
+        return self
+
+    def rebuilt(self) -> MemoryPieceIndex:
+        """A fresh index over the same memories (BM25 statistics without replaced pieces)."""
+        fresh = MemoryPieceIndex()
+        with self._lock:
+            entries = dict(self._entries)
+        fresh._put(entries)
+        return fresh
+
+    def sync(self, memories: Mapping[str, d.Memory]) -> None:
+        """Make the index hold exactly ``memories`` (unchanged ones are not touched)."""
+        with self._lock:
+            gone = [m for m in self._entries if m not in memories]
+        self.replace([*gone, *memories], memories)
+
+    def replace(self, memory_ids: Iterable[str], memories: Mapping[str, d.Memory]) -> None:
+        """Re-read these memories from ``memories`` (absent ones are removed); one commit."""
+        updates: dict[str, _Entry | None] = {}
+        for mid in memory_ids:
+            mem = memories.get(mid)
+            updates[mid] = None if mem is None else _Entry(tuple(piece_texts(mem)), tuple(mem.entities))
+        self._put(updates)
+
+    def _put(self, updates: Mapping[str, _Entry | None]) -> None:
+        with self._lock:
+            changed = False
+            literal_gone: list[str] = []
+            literal_new: list[tuple[str, tuple[str, ...]]] = []
+            for mid, entry in updates.items():
+                old = self._entries.get(mid)
+                if old == entry:
+                    continue
+                if old is not None:
+                    self._writer.delete_documents_by_term("mid", mid)
+                    self.deletions += len(old.pieces) + bool(old.about)
+                    self._unlink(mid, old)
+                    literal_gone.append(mid)
+                    del self._entries[mid]
+                if entry is not None:
+                    key = self._keys.get(mid)
+                    if key is None:
+                        key = self._keys[mid] = len(self._names)
+                        self._names.append(mid)
+                    for n, text in enumerate(entry.pieces):
+                        doc = tantivy.Document()
+                        doc.add_text("mid", mid)
+                        doc.add_unsigned("key", key)
+                        doc.add_unsigned("piece", n)
+                        doc.add_text("text", text)
+                        self._writer.add_document(doc)
+                    if entry.about:
+                        doc = tantivy.Document()
+                        doc.add_text("mid", mid)
+                        doc.add_unsigned("key", key)
+                        doc.add_unsigned("piece", ABOUT_PIECE)
+                        doc.add_text("about", entry.about)
+                        self._writer.add_document(doc)
+                    self._entries[mid] = entry
+                    self._link(mid, entry)
+                    literal_new.append((mid, entry.pieces))
+                changed = True
+            if changed:
+                self._writer.commit()
+                self._index.reload()
+                self.literal.replace(literal_gone, literal_new)
+
+    def _link(self, mid: str, entry: _Entry) -> None:
+        for tag in entry.tags:
+            self._tag_members.setdefault(tag.casefold(), set()).add(mid)
+            if is_memory_ref(tag):
+                self._linked_from.setdefault(memory_id_of(tag), set()).add(mid)
+
+    def _unlink(self, mid: str, entry: _Entry) -> None:
+        for tag in entry.tags:
+            members = self._tag_members.get(tag.casefold())
+            if members is not None:
+                members.discard(mid)
+                if not members:
+                    del self._tag_members[tag.casefold()]
+            if is_memory_ref(tag):
+                sources = self._linked_from.get(memory_id_of(tag))
+                if sources is not None:
+                    sources.discard(mid)
+                    if not sources:
+                        del self._linked_from[memory_id_of(tag)]
+
+    # ------------------------------------------------------------------ lookups
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, memory_id: str) -> bool:
+        return memory_id in self._entries
+
+    def pieces(self, memory_id: str) -> tuple[str, ...]:
+        entry = self._entries.get(memory_id)
+        return entry.pieces if entry is not None else ()
+
+    def piece(self, memory_id: str, piece_no: int) -> str | None:
+        pieces = self.pieces(memory_id)
+        return pieces[piece_no] if 0 <= piece_no < len(pieces) else None
+
+    def tagged_with(self, tag: str) -> frozenset[str]:
+        """Memories carrying ``tag`` (compared case-insensitively, as exact tokens are)."""
+        with self._lock:
+            return frozenset(self._tag_members.get(tag.casefold(), ()))
+
+    def linked(self, memory_id: str) -> tuple[str, ...]:
+        """Memories linked to this one in either direction: the memories its ``memory:<id>`` tags
+        name, and those whose tags name it (sorted, for a stable traversal)."""
+        with self._lock:
+            entry = self._entries.get(memory_id)
+            out = {memory_id_of(t) for t in entry.tags if is_memory_ref(t)} if entry is not None else set()
+            out |= self._linked_from.get(memory_id, set())
+        out.discard(memory_id)
+        return tuple(sorted(out))
+
+    # ------------------------------------------------------------------ ranking
+
+    def parse(self, question: str, field: str = "text") -> tantivy.Query | None:
+        text = _query_text(question)
+        if not text:
+            return None
+        try:
+            return self._index.parse_query(text, [field])
+        except ValueError:  # not expected for plain words and phrases; never fatal
+            log.debug("piece query %r did not parse", text)
+            return None
+
+    def rank(self, question: str | tantivy.Query | None, *, allow: Collection[str] | None = None,
+             depth: int = 1000) -> list[PieceHit]:
+        """Memories whose pieces match ``question``, best first, each with its best piece (ties in
+        tantivy's order), at most ``depth`` memories; ``allow`` restricts the ranking before it is
+        scored (a memory outside it is never looked at)."""
+        query = self.parse(question) if isinstance(question, str) else question
+        full = self._restricted(query, allow, depth)
+        if full is None:
+            return []
+        limit = max(depth * 3, 32)  # a few pieces per memory; fetched deeper when that was not enough
+        while True:
+            with self._lock:
+                searcher = self._index.searcher()
+                hits = searcher.search(full, limit).hits
+                addrs = [addr for _, addr in hits]
+                keys = searcher.fast_field_values("key", addrs)
+                nos = searcher.fast_field_values("piece", addrs)
+                names = self._names
+                best: dict[str, PieceHit] = {}
+                for (score, _), key, no in zip(hits, keys, nos, strict=True):
+                    mid = names[key]
+                    if mid not in best:
+                        best[mid] = PieceHit(mid, int(no), self._entries[mid].pieces[no], float(score))
+            if len(best) >= depth or len(hits) < limit:
+                return list(best.values())[:depth]
+            limit *= 4
+
+    def rank_about(self, question: str | None, *, allow: Collection[str] | None = None,
+                   depth: int = 1000) -> list[tuple[str, float]]:
+        """Memories whose tags' words match ``question`` (BM25 over the about documents), best
+        first, restricted before ranking like ``rank``."""
+        query = self.parse(question, "about") if question else None
+        full = self._restricted(query, allow, depth)
+        if full is None:
+            return []
+        with self._lock:
+            searcher = self._index.searcher()
+            hits = searcher.search(full, depth).hits
+            keys = searcher.fast_field_values("key", [addr for _, addr in hits])
+            return [(self._names[k], float(score)) for (score, _), k in zip(hits, keys, strict=True)]
+
+    def _restricted(self, query: tantivy.Query | None, allow: Collection[str] | None,
+                    depth: int) -> tantivy.Query | None:
+        """``query`` limited to the allowed memories (a filter: scores stay the query's own), or
+        None when nothing can match."""
+        if query is None or depth <= 0 or (allow is not None and not allow):
+            return None
+        clauses = [(tantivy.Occur.Must, query)]
+        if allow is not None:
+            ids = [m for m in allow if m in self._entries]
+            if not ids:
+                return None
+            if len(ids) < len(self._entries):
+                restrict = tantivy.Query.term_set_query(self._schema, "mid", ids)
+                clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(restrict, 0.0)))
+        return tantivy.Query.boolean_query(clauses)
+
+    def best_piece(self, question: str | tantivy.Query | None, memory_id: str) -> PieceHit | None:
+        """The best piece of one memory for ``question`` (None when nothing in it matches)."""
+        hits = self.rank(question, allow=(memory_id,), depth=1)
+        return hits[0] if hits else None
