@@ -31,6 +31,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from slayer_lsp.catalog import Catalog
@@ -139,7 +140,12 @@ def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _
         named=req.inputs, allowed=allowed.memory_ids,
         dense=[(memory_id_of(c), 0, cos) for c, cos in dense] if dense else None,
         keyword=req.params.keyword, related=min(req.params.related, MAX_RELATED_HOPS),
-        tag_corpus=corpus, depth=max(MEMORY_CANDIDATES, 2 * req.max_results))
+        tag_corpus=corpus, depth=max(MEMORY_CANDIDATES, 2 * req.max_results), now=_today())
+
+
+def _today() -> datetime:
+    """Recency is measured in whole days, so that an answer does not drift by the second."""
+    return datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 class _Allowed:

@@ -76,6 +76,9 @@ class SearchIndexes:
     # The hybrid ranking's full-text indexes: entities only (None: all datasources), so that BM25's
     # statistics are not those of whatever memories the store holds
     entity_text: dict[str | None, FullTextIndex] = field(default_factory=dict)
+    # Set once ``apply`` derived the next snapshot: the dicts of lazily built indexes are shared with
+    # it, and an index built from this snapshot's documents must not be left there for it.
+    _superseded: bool = False
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _cache: dict[Any, Any] = field(default_factory=dict)  # per-snapshot derived values
 
@@ -138,10 +141,11 @@ class SearchIndexes:
             pending = self._graph_pending | delta.touched if self._graph is not None else frozenset()
             lexicon = self._lexicon.apply(catalog, delta) if self._lexicon is not None else None
             pieces = self._pieces.apply(catalog, delta) if self._pieces is not None else None
+            self._superseded = True
             return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, self._graph,
                                  cache=self.cache, dense=self.dense, _graph_pending=frozenset(pending),
                                  ram_live=self.ram_live, _lexicon=lexicon, _pieces=pieces,
-                                 entity_text=self.entity_text)
+                                 entity_text=self.entity_text, _lock=self._lock)
 
     @property
     def needs_compaction(self) -> bool:
@@ -189,7 +193,8 @@ class SearchIndexes:
             if index is None:
                 index = FullTextIndex(doc for cid, doc in self.docs.items()
                                       if datasource in _doc_scopes(catalog, cid))
-                self.by_datasource[datasource] = index
+                if not self._superseded:
+                    self.by_datasource[datasource] = index
             return index
 
     def pieces_for(self, catalog: Catalog):  # -> MemoryPieceIndex
@@ -212,7 +217,9 @@ class SearchIndexes:
         with self._lock:
             index = self.entity_text.get(datasource)
             if index is None:
-                index = self.entity_text[datasource] = _entity_index(self.docs, datasource)
+                index = _entity_index(self.docs, datasource)
+                if not self._superseded:
+                    self.entity_text[datasource] = index
             return index
 
     def lexicon_for(self, catalog: Catalog):  # -> Lexicon
