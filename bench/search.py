@@ -419,7 +419,7 @@ def bench_store(models: int, memories: int, backend: str, args: argparse.Namespa
     os.environ["SLAYER_LSP_CACHE_DIR"] = str(cache)
     try:
         # configured as the daemon runs it: long-lived, so the live index moves to RAM after start-up
-        engine = Engine(store, compact_after_s=0.5)
+        engine = _ranked(Engine(store, compact_after_s=0.5), args.ranking)
         engine.refresh()
         deadline = time.monotonic() + 60
         while engine.state.search.fulltext.path is not None and time.monotonic() < deadline:
@@ -428,7 +428,7 @@ def bench_store(models: int, memories: int, backend: str, args: argparse.Namespa
         load_before = loadavg()
         warm = measure_warm(engine, plan, repeat)
         graph_s = warm[CYPHER[0]]["first_s"]
-        agree = agreement(engine, slayer) if slayer else {}
+        agree = agreement(engine, slayer) if slayer and args.ranking == "slayer" else {}
         editor = Editor(engine)
         edit = measure_edit(engine, editor, args.edits)
         load_after = loadavg()
@@ -526,6 +526,13 @@ def report(tag: str, size: tuple[int, int], warm: dict[str, Any], startup: dict[
     print_table(["target", "measured", "status"], rows, title=f"## {tag}: targets")
 
 
+def _ranked(engine: Any, ranking: str) -> Any:
+    """The engine, answering every search with this ranking (SLayer gets the same keywords without it)."""
+    search = engine.search
+    engine.search = lambda params: search({**params, "ranking": ranking})
+    return engine
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100x1000,1000x5000", help="comma-separated MODELSxMEMORIES")
@@ -537,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--starts", type=int, default=None, help="start-up pairs (cold + second); default 2, 1 if big")
     ap.add_argument("--edits", type=int, default=5, help="edits timed per store")
     ap.add_argument("--no-slayer", action="store_true", help="our figures only")
+    ap.add_argument("--ranking", choices=("hybrid", "slayer"), default="hybrid",
+                    help="our ranking (the answers are compared with SLayer's only with slayer)")
     ap.add_argument("--profile", action="store_true", help="cProfile our side where a target is missed")
     ap.add_argument("--json", type=Path, default=None, help="write every raw figure here")
     env.add_venv_option(ap)

@@ -134,13 +134,14 @@ def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _
         return []
     from slayer_lsp.search.memories import rank_memories
 
-    corpus = indexes.tag_corpus(catalog, req.datasource) if req.candidate_ids is None else None
+    corpus = indexes.tag_corpus(catalog, req.datasource) if req.candidate_ids is None and req.inputs else None
     return rank_memories(
         catalog, indexes.pieces_for(catalog), question=req.question if req.has_question else None,
-        named=req.inputs, allowed=allowed.memory_ids,
+        named=req.inputs, allowed=None if req.datasource is None and req.candidate_ids is None else allowed.memory_ids,
         dense=[(memory_id_of(c), 0, cos) for c, cos in dense] if dense else None,
         keyword=req.params.keyword, related=min(req.params.related, MAX_RELATED_HOPS),
-        tag_corpus=corpus, depth=max(MEMORY_CANDIDATES, 2 * req.max_results), now=_today())
+        tag_corpus=corpus, depth=max(MEMORY_CANDIDATES, 2 * req.max_results), now=_today(),
+        channel_depth=MEMORY_CANDIDATES)
 
 
 def _today() -> datetime:
@@ -188,7 +189,7 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
     """The entities' own evidence from every channel; returns the dense channel's memory hits
     (``memory:<id>``, cosine) for the memory side."""
     question = req.question or ""
-    index = indexes.entity_text_for(req.datasource)
+    index = indexes.fulltext_for(catalog, req.datasource)
     query = index.parse(question)
     ent_allow = frozenset(c for c in req.candidate_ids if not is_memory_ref(c)) if req.candidate_ids else None
     text = index.search(query, memories=False, limit=CANDIDATES, allow=ent_allow) if query is not None else []

@@ -341,6 +341,9 @@ class MemoryPieceIndex:
         self._linked_from: dict[str, set[str]] = {}  # memory id -> memories whose tags name it
         self.literal = LiteralIndex()
         self.deletions = 0  # replaced pieces still weigh in BM25 statistics until a rebuild
+        # the restriction query of the last allowed sets (a datasource's memories come as the same
+        # frozenset call after call); emptied whenever the memories change
+        self._restrictions: dict[frozenset[str], tantivy.Query | None] = {}
 
     # ------------------------------------------------------------------ building
 
@@ -374,6 +377,7 @@ class MemoryPieceIndex:
 
     def replace(self, memory_ids: Iterable[str], memories: Mapping[str, d.Memory]) -> None:
         """Re-read these memories from ``memories`` (absent ones are removed); one commit."""
+        self._restrictions = {}
         updates: dict[str, _Entry | None] = {}
         for mid in memory_ids:
             mem = memories.get(mid)
@@ -535,12 +539,22 @@ class MemoryPieceIndex:
             return None
         clauses = [(tantivy.Occur.Must, query)]
         if allow is not None:
-            ids = [m for m in allow if m in self._entries]
-            if not ids:
-                return None
-            if len(ids) < len(self._entries):
-                restrict = tantivy.Query.term_set_query(self._schema, "mid", ids)
-                clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(restrict, 0.0)))
+            key = allow if isinstance(allow, frozenset) else None
+            cached = self._restrictions.get(key, False) if key is not None else False
+            if cached is False:
+                ids = [m for m in allow if m in self._entries]
+                if not ids:
+                    return None
+                cached = None
+                if len(ids) < len(self._entries):
+                    restrict = tantivy.Query.term_set_query(self._schema, "mid", ids)
+                    cached = tantivy.Query.const_score_query(restrict, 0.0)
+                if key is not None:
+                    if len(self._restrictions) >= 16:
+                        self._restrictions.clear()
+                    self._restrictions[key] = cached
+            if cached is not None:
+                clauses.append((tantivy.Occur.Must, cached))
         return tantivy.Query.boolean_query(clauses)
 
     def best_piece(self, question: str | tantivy.Query | None, memory_id: str) -> PieceHit | None:

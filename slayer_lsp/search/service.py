@@ -73,9 +73,6 @@ class SearchIndexes:
     ram_live: bool = False  # a long-lived engine keeps the live full-text index in memory (see rebuilt)
     _lexicon: Any = None  # search.lexicon.Lexicon, built on the first hybrid search, then kept up to date
     _pieces: Any = None  # search.pieces.MemoryPieceIndex, likewise
-    # The hybrid ranking's full-text indexes: entities only (None: all datasources), so that BM25's
-    # statistics are not those of whatever memories the store holds
-    entity_text: dict[str | None, FullTextIndex] = field(default_factory=dict)
     # Set once ``apply`` derived the next snapshot: the dicts of lazily built indexes are shared with
     # it, and an index built from this snapshot's documents must not be left there for it.
     _superseded: bool = False
@@ -129,12 +126,6 @@ class SearchIndexes:
                 gone = [c for c in removals if c in index] + [
                     u.canonical for u in upserts if u.canonical in index and ds not in _doc_scopes(catalog, u.canonical)]
                 index.replace(gone, scoped)
-            for ds, index in list(self.entity_text.items()):
-                if ds is not None and ds not in catalog.datasources:
-                    del self.entity_text[ds]
-                    continue
-                index.replace([c for c in removals if c in index],
-                              [u for u in upserts if _entity_in(u.canonical, ds)])
             if self.dense is not None:
                 _feed_dense(self.dense, catalog, touched, delta)
             # the graph catches up on the next cypher_filter, not on every edit
@@ -144,8 +135,7 @@ class SearchIndexes:
             self._superseded = True
             return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, self._graph,
                                  cache=self.cache, dense=self.dense, _graph_pending=frozenset(pending),
-                                 ram_live=self.ram_live, _lexicon=lexicon, _pieces=pieces,
-                                 entity_text=self.entity_text, _lock=self._lock)
+                                 ram_live=self.ram_live, _lexicon=lexicon, _pieces=pieces, _lock=self._lock)
 
     @property
     def needs_compaction(self) -> bool:
@@ -153,7 +143,6 @@ class SearchIndexes:
         little from a fresh build until the index is rebuilt."""
         stale = any(ix.deletions for ix in (self.fulltext, *self.by_datasource.values()))
         stale = stale or bool(self._pieces is not None and self._pieces.deletions)
-        stale = stale or any(ix.deletions for ix in self.entity_text.values())
         return stale or (self.ram_live and self.fulltext.path is not None)
 
     def rebuilt(self, catalog: Catalog) -> SearchIndexes:
@@ -174,11 +163,9 @@ class SearchIndexes:
         else:
             live = snapshot
         pieces = self._pieces.rebuilt() if self._pieces is not None else None
-        entity_text = {ds: _entity_index(docs, ds) for ds in list(self.entity_text)
-                       if ds is None or ds in catalog.datasources}
         return SearchIndexes(docs, live, by_ds, self.graph_enabled, self._graph, cache=self.cache,
                              dense=self.dense, _graph_pending=self._graph_pending, ram_live=self.ram_live,
-                             _lexicon=self._lexicon, _pieces=pieces, entity_text=entity_text)
+                             _lexicon=self._lexicon, _pieces=pieces)
 
     def save_cache(self) -> None:
         """Record the live index's state so the next start reopens it (after incremental updates)."""
@@ -208,19 +195,8 @@ class SearchIndexes:
 
     def warm(self, catalog: Catalog) -> None:
         """Build what the hybrid ranking needs (run off the request path at start-up)."""
-        self.entity_text_for(None)
         self.lexicon_for(catalog)
         self.pieces_for(catalog)
-
-    def entity_text_for(self, datasource: str | None) -> FullTextIndex:
-        """The entities-only full-text index of the hybrid ranking (one datasource's, or all)."""
-        with self._lock:
-            index = self.entity_text.get(datasource)
-            if index is None:
-                index = _entity_index(self.docs, datasource)
-                if not self._superseded:
-                    self.entity_text[datasource] = index
-            return index
 
     def lexicon_for(self, catalog: Catalog):  # -> Lexicon
         """Names, values and joins of the hybrid ranking (built once, then updated per delta)."""
@@ -297,14 +273,6 @@ def _dense_rankings(hits: Any) -> tuple[list[str], list[str]]:
     entities = sorted(((score, cid) for kind, ranked in hits.by_kind.items() if kind != "memory"
                        for cid, score in ranked), key=lambda sc: -sc[0])
     return memories, [cid for _, cid in entities]
-
-
-def _entity_in(canonical: str, datasource: str | None) -> bool:
-    return not is_memory_ref(canonical) and (datasource is None or rooted_at(canonical, datasource))
-
-
-def _entity_index(docs: dict[str, render.RenderedDoc], datasource: str | None) -> FullTextIndex:
-    return FullTextIndex(doc for cid, doc in docs.items() if _entity_in(cid, datasource))
 
 
 def _persistent_index(cache: Any, docs: dict[str, render.RenderedDoc]) -> FullTextIndex | None:
