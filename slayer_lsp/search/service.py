@@ -526,7 +526,8 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
         warnings.extend(f"{c} excluded by cypher_filter kind filter (allowed kinds: {sorted(kind_filter)!r})."
                         for c in inputs if is_memory_ref(c))
 
-    if not channel1 and not has_question:
+    keyword = params.ranking == "hybrid" and bool(params.keyword and params.keyword.strip())
+    if not channel1 and not has_question and not keyword:
         return _recency(catalog, ds, candidate_ids, kind_filter, max_results, warnings, params.compact)
 
     scoped = indexes.scoped_memories(catalog, ds)
