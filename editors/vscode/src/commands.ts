@@ -5,7 +5,16 @@
 import * as vscode from "vscode";
 import type { LanguageClient } from "vscode-languageclient/node";
 
-import { findLocation, inspectRef, type SearchHit, type SearchResponse } from "./wire";
+import {
+  findLocation,
+  hitText,
+  inspectRef,
+  otherRanking,
+  type Ranking,
+  type SearchHit,
+  type SearchResponse,
+  searchParams,
+} from "./wire";
 
 const MAX_RESULTS = 50;
 
@@ -13,30 +22,8 @@ interface HitItem extends vscode.QuickPickItem {
   hit: SearchHit;
 }
 
-const KIND_ICONS: Record<string, string> = {
-  datasource: "database",
-  model: "symbol-class",
-  column: "symbol-field",
-  measure: "symbol-number",
-  aggregation: "symbol-operator",
-  memory: "note",
-};
-
-function firstLine(text: string | null | undefined, limit = 160): string {
-  const line = (text ?? "").trim().split(/\r?\n/, 1)[0] ?? "";
-  return line.length > limit ? `${line.slice(0, limit - 1)}…` : line;
-}
-
 function toItem(hit: SearchHit): HitItem {
-  const icon = KIND_ICONS[hit.kind] ?? "symbol-misc";
-  const score = typeof hit.score === "number" ? hit.score.toFixed(3) : "";
-  const matched = hit.matched_entities?.length ? ` · ${hit.matched_entities.join(", ")}` : "";
-  return {
-    label: `$(${icon}) ${hit.id}`,
-    description: `${hit.kind} ${score}${matched}`,
-    detail: firstLine(hit.description) || firstLine(hit.text) || undefined,
-    hit,
-  };
+  return { ...hitText(hit), hit };
 }
 
 function errorText(error: unknown): string {
@@ -81,7 +68,41 @@ function initialQuestion(): string {
   return word ? document.getText(word) : "";
 }
 
-export async function search(client: LanguageClient): Promise<void> {
+/** One `slayer/search` request; `undefined` (after telling the user) when it failed. */
+async function runSearch(
+  client: LanguageClient,
+  question: string,
+  ranking: Ranking,
+  related: number,
+): Promise<SearchResponse | undefined> {
+  let response: SearchResponse;
+  try {
+    response = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Window, title: `SLayer: searching (${ranking})`, cancellable: false },
+      () => client.sendRequest<SearchResponse>("slayer/search", searchParams(question, MAX_RESULTS, ranking, related)),
+    );
+  } catch (error) {
+    void vscode.window.showErrorMessage(`SLayer: search (${ranking} ranking) failed: ${errorText(error)}`);
+    return undefined;
+  }
+  const warnings = response?.warnings ?? [];
+  if (warnings.length > 0) {
+    void vscode.window.showWarningMessage(`SLayer: ${warnings.join(" · ")}`);
+  }
+  return response ?? {};
+}
+
+export interface SearchOptions {
+  /** The ranking the picker opens with (`slayerLsp.search.ranking`); its title button switches it. */
+  ranking: Ranking;
+  related: number;
+}
+
+/**
+ * Asks for a question and lists the hits in a picker whose title button re-runs the same question
+ * with the other ranking (for this search only), so the two can be compared side by side.
+ */
+export async function search(client: LanguageClient, options: SearchOptions): Promise<void> {
   const question = await vscode.window.showInputBox({
     title: "SLayer: Search",
     prompt: "A question or entity names; results cover datasources, models, columns, measures and memories",
@@ -91,34 +112,53 @@ export async function search(client: LanguageClient): Promise<void> {
   if (question === undefined || question.trim() === "") {
     return;
   }
-  let response: SearchResponse;
-  try {
-    response = await vscode.window.withProgress(
-      { location: vscode.ProgressLocation.Window, title: "SLayer: searching", cancellable: false },
-      () => client.sendRequest<SearchResponse>("slayer/search", { question, max_results: MAX_RESULTS }),
-    );
-  } catch (error) {
-    void vscode.window.showErrorMessage(`SLayer: search failed: ${errorText(error)}`);
+  let ranking = options.ranking;
+  const first = await runSearch(client, question, ranking, options.related);
+  if (!first) {
     return;
   }
-  const warnings = response?.warnings ?? [];
-  if (warnings.length > 0) {
-    void vscode.window.showWarningMessage(`SLayer: ${warnings.join(" · ")}`);
-  }
-  const hits = (response?.results ?? []).filter((h) => typeof h?.id === "string" && typeof h?.kind === "string");
-  if (hits.length === 0) {
-    void vscode.window.showInformationMessage(`SLayer: nothing found for "${question}".`);
-    return;
-  }
-  const resolved = response.resolved_input_entities ?? [];
-  const picked = await vscode.window.showQuickPick(hits.map(toItem), {
-    title: `SLayer: ${hits.length} result${hits.length === 1 ? "" : "s"} for "${question}"`,
-    placeHolder: resolved.length > 0 ? `resolved: ${resolved.join(", ")}` : "Pick an entity to open its definition",
-    matchOnDescription: true,
-    matchOnDetail: true,
+  const pick = vscode.window.createQuickPick<HitItem>();
+  pick.matchOnDescription = true;
+  pick.matchOnDetail = true;
+  pick.ignoreFocusOut = true;
+  const render = (response: SearchResponse) => {
+    const hits = (response.results ?? []).filter((h) => typeof h?.id === "string" && typeof h?.kind === "string");
+    const resolved = response.resolved_input_entities ?? [];
+    pick.items = hits.map(toItem);
+    pick.title = `SLayer: ${hits.length} result${hits.length === 1 ? "" : "s"} for "${question}" (${ranking} ranking)`;
+    pick.placeholder =
+      hits.length === 0
+        ? `Nothing found; the title button tries the ${otherRanking(ranking)} ranking`
+        : resolved.length > 0
+          ? `resolved: ${resolved.join(", ")}`
+          : "Pick an entity to open its definition";
+    pick.buttons = [{ iconPath: new vscode.ThemeIcon("arrow-swap"), tooltip: `Rank with ${otherRanking(ranking)}` }];
+  };
+  render(first);
+  const picked = await new Promise<SearchHit | undefined>((resolve) => {
+    pick.onDidTriggerButton(async () => {
+      if (pick.busy) {
+        return;
+      }
+      const next = otherRanking(ranking);
+      pick.busy = true;
+      const response = await runSearch(client, question, next, options.related);
+      pick.busy = false;
+      if (response) {
+        ranking = next;
+        render(response);
+      }
+    });
+    pick.onDidAccept(() => {
+      resolve(pick.selectedItems[0]?.hit);
+      pick.hide();
+    });
+    pick.onDidHide(() => resolve(undefined));
+    pick.show();
   });
+  pick.dispose();
   if (picked) {
-    await openDefinition(client, picked.hit);
+    await openDefinition(client, picked);
   }
 }
 

@@ -1,9 +1,10 @@
 /**
- * Settings -> server command line, initializationOptions and document selector.
+ * Settings -> server command line, server options and document selector.
  *
  * Pure functions over a settings reader, with no runtime dependency on `vscode`, so that the mapping the
  * server relies on can be tested in plain Node (see `test/config.test.ts`).
  */
+import { RANKINGS, type Ranking } from "./wire";
 
 /** The configuration section; also the client id, so `slayerLsp.trace.server` drives tracing. */
 export const SECTION = "slayerLsp";
@@ -31,10 +32,16 @@ export interface Settings {
   diagnosticsDebounceMs: number;
   queryPatterns: string[];
   memoryPatterns: string[];
+  embeddingEnable: boolean;
   embeddingModel: string;
+  embeddingSwitchModel: boolean;
   scopeDatasources: string[];
   scopeAccessTags: string[];
+  scopeUntaggedOnly: boolean;
   hoverMaxChars: number;
+  /** Read by the Search command, not sent as a server option. */
+  searchRanking: Ranking;
+  searchRelated: number;
 }
 
 /** Reads one key below `slayerLsp` (e.g. `diagnostics.enable`); `undefined` when unset. */
@@ -60,8 +67,16 @@ function bool(value: unknown, fallback: boolean): boolean {
   return typeof value === "boolean" ? value : fallback;
 }
 
-function num(value: unknown, fallback: number): number {
-  return typeof value === "number" && Number.isFinite(value) && value >= 0 ? value : fallback;
+/**
+ * Any integer passes, even out of range: the server owns the ranges and reports a value it refuses
+ * (with the value it keeps instead), which tells the user more than a silent default here.
+ */
+function int(value: unknown, fallback: number): number {
+  return typeof value === "number" && Number.isInteger(value) ? value : fallback;
+}
+
+function oneOf<T extends string>(value: unknown, choices: readonly T[], fallback: T): T {
+  return choices.find((c) => c === value) ?? fallback;
 }
 
 /** A string list with blanks and non-strings dropped (settings.json is hand-edited). */
@@ -79,31 +94,55 @@ export function readSettings(get: SettingReader): Settings {
     interpreter: str(get("interpreter"), ""),
     storage: str(get("storage"), ""),
     diagnosticsEnable: bool(get("diagnostics.enable"), true),
-    diagnosticsDebounceMs: num(get("diagnostics.debounceMs"), 300),
+    diagnosticsDebounceMs: int(get("diagnostics.debounceMs"), 300),
     queryPatterns: strings(get("files.queryPatterns"), DEFAULT_QUERY_PATTERNS),
     memoryPatterns: strings(get("files.memoryPatterns"), DEFAULT_MEMORY_PATTERNS),
+    embeddingEnable: bool(get("embedding.enable"), true),
     embeddingModel: str(get("embedding.model"), ""),
+    embeddingSwitchModel: bool(get("embedding.switchModel"), false),
     scopeDatasources: strings(get("scope.datasources"), []),
     scopeAccessTags: strings(get("scope.accessTags"), []),
-    hoverMaxChars: num(get("hover.maxChars"), 2000),
+    scopeUntaggedOnly: bool(get("scope.untaggedOnly"), false),
+    hoverMaxChars: int(get("hover.maxChars"), 4000),
+    searchRanking: oneOf(get("search.ranking"), RANKINGS, "hybrid"),
+    searchRelated: Math.max(0, int(get("search.related"), 0)),
   };
 }
 
 /**
- * The server's options, nested exactly as VS Code nests the `slayerLsp` section that
- * `workspace/didChangeConfiguration` later carries, so the server parses one shape for both.
- * Empty strings mean "server default".
+ * The server's options (`slayer_lsp/lsp/options.py`, camelCase as `Options.to_dict()` gives them):
+ * the one mapping behind `initializationOptions`, the pushed `workspace/didChangeConfiguration` and
+ * the answer to a `workspace/configuration` pull, so the server parses one shape everywhere and never
+ * sees the settings only this extension reads. Empty strings mean "server default".
  */
-export function initializationOptions(s: Settings): Record<string, unknown> {
+export function serverOptions(s: Settings): Record<string, unknown> {
   return {
     storage: s.storage,
     diagnostics: { enable: s.diagnosticsEnable, debounceMs: s.diagnosticsDebounceMs },
     files: { queryPatterns: s.queryPatterns, memoryPatterns: s.memoryPatterns },
-    embedding: { model: s.embeddingModel },
-    scope: { datasources: s.scopeDatasources, accessTags: s.scopeAccessTags },
+    embedding: { enable: s.embeddingEnable, model: s.embeddingModel, switchModel: s.embeddingSwitchModel },
+    scope: { datasources: s.scopeDatasources, accessTags: s.scopeAccessTags, untaggedOnly: s.scopeUntaggedOnly },
     hover: { maxChars: s.hoverMaxChars },
   };
 }
+
+/** Nested object -> dotted keys, the way VS Code flattens a configuration section. */
+export function flatten(value: Record<string, unknown>, prefix = ""): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [key, v] of Object.entries(value)) {
+    if (typeof v === "object" && v !== null && !Array.isArray(v)) {
+      Object.assign(out, flatten(v as Record<string, unknown>, `${prefix}${key}.`));
+    } else {
+      out[`${prefix}${key}`] = v;
+    }
+  }
+  return out;
+}
+
+/** The settings `serverOptions` carries (full ids): a change to one of them is pushed to the server. */
+export const SERVER_SETTINGS = Object.keys(flatten(serverOptions(readSettings(() => undefined)))).map(
+  (key) => `${SECTION}.${key}`,
+);
 
 /**
  * Built-in language ids narrowed by patterns: the files stay YAML/JSON/Markdown for every other
@@ -124,17 +163,28 @@ export function documentSelector(s: Settings): FileFilter[] {
   return filters;
 }
 
+/** Whether the launch depends on the Python extension's interpreter (so it is asked for, and watched). */
+export function usesPythonExtension(s: Settings): boolean {
+  return s.serverCommand.length === 0 && s.interpreter === "";
+}
+
 /**
- * `slayerLsp.server.command` verbatim when set; otherwise `<python> -m slayer_lsp serve`, where
- * `python` is the Python extension's interpreter command (which may itself be several words, e.g.
- * `conda run -n env python`), else `slayerLsp.interpreter`, else `python3`.
+ * The first that is set: `slayerLsp.server.command` verbatim; `<slayerLsp.interpreter> -m slayer_lsp
+ * serve`; the same with the Python extension's interpreter command (which may be several words, e.g.
+ * `conda run -n env python`); `python3 -m slayer_lsp serve`. A setting the user wrote for this
+ * extension wins over the interpreter selected for the workspace in general.
  */
 export function serverLaunch(s: Settings, pythonCommand: string[] | undefined): Launch {
   if (s.serverCommand.length > 0) {
     const [command, ...args] = s.serverCommand;
     return { command: command!, args };
   }
-  const python = pythonCommand && pythonCommand.length > 0 ? pythonCommand : [s.interpreter || "python3"];
+  let python = ["python3"];
+  if (s.interpreter !== "") {
+    python = [s.interpreter];
+  } else if (pythonCommand && pythonCommand.length > 0) {
+    python = pythonCommand;
+  }
   const [command, ...prefix] = python;
   return { command: command!, args: [...prefix, "-m", "slayer_lsp", "serve"] };
 }

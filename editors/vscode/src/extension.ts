@@ -5,25 +5,30 @@
  * `LanguageClient`, and rebuilds both when a setting that shapes them changes.
  */
 import * as vscode from "vscode";
-import { LanguageClient, type LanguageClientOptions, type ServerOptions } from "vscode-languageclient/node";
+import {
+  DidChangeConfigurationNotification,
+  LanguageClient,
+  type LanguageClientOptions,
+  type ServerOptions,
+} from "vscode-languageclient/node";
 
 import { search, showStatus } from "./commands";
 import {
   documentSelector,
-  initializationOptions,
   type Launch,
   readSettings,
   RESTART_SETTINGS,
   SECTION,
+  SERVER_SETTINGS,
   serverLaunch,
+  serverOptions as optionsFor,
+  usesPythonExtension,
 } from "./config";
 import { onInterpreterChange, selectedInterpreter } from "./python";
 
 const NAME = "SLayer LSP";
 
 let client: LanguageClient | undefined;
-/** Clients that are being replaced; marked synchronously, before the asynchronous stop runs. */
-const retired = new WeakSet<LanguageClient>();
 let launch: Launch | undefined;
 /** Starts, stops and restarts run one at a time, in order. */
 let queue: Promise<void> = Promise.resolve();
@@ -31,6 +36,9 @@ let queue: Promise<void> = Promise.resolve();
 let starting: Promise<boolean> | undefined;
 let log: vscode.LogOutputChannel;
 let statusChannel: vscode.OutputChannel;
+let extensionContext: vscode.ExtensionContext;
+/** Set once the Python extension is active and watched (it may activate only at a later start). */
+let watchingInterpreter = false;
 
 function settings() {
   const config = vscode.workspace.getConfiguration(SECTION);
@@ -48,7 +56,8 @@ function describe(l: Launch): string {
 async function createClient(): Promise<LanguageClient> {
   const s = settings();
   const root = workspaceRoot();
-  const python = s.serverCommand.length > 0 ? undefined : await selectedInterpreter(root, log);
+  // Not asked (nor activated) when a setting of this extension already decides the command line.
+  const python = usesPythonExtension(s) ? await selectedInterpreter(root, log) : undefined;
   launch = serverLaunch(s, python);
   log.info(`starting: ${describe(launch)}`);
 
@@ -63,18 +72,56 @@ async function createClient(): Promise<LanguageClient> {
   const clientOptions: LanguageClientOptions = {
     documentSelector: documentSelector(s),
     // A function, so that a restart by the client itself (after a crash) sends current settings.
-    initializationOptions: () => initializationOptions(settings()),
-    synchronize: { configurationSection: SECTION },
+    initializationOptions: () => optionsFor(settings()),
+    // No `synchronize.configurationSection`: it would push the raw section (launcher and Search
+    // settings included) after every start; `pushSettings` sends the mapped options instead.
     outputChannel: log,
     middleware: {
       workspace: {
-        // A client being replaced would fail to deliver the change it is being replaced for.
-        didChangeConfiguration: (sections, next) => (retired.has(created) ? Promise.resolve() : next(sections)),
+        // A server that pulls `slayerLsp` gets the same mapped options as it is pushed.
+        configuration: async (params, token, next) => {
+          const answer = await next(params, token);
+          if (!Array.isArray(answer)) {
+            return answer;
+          }
+          return params.items.map((item, i) => (item.section === SECTION ? optionsFor(settings()) : answer[i]));
+        },
       },
     },
   };
-  const created = new LanguageClient(SECTION, NAME, serverOptions, clientOptions);
-  return created;
+  return new LanguageClient(SECTION, NAME, serverOptions, clientOptions);
+}
+
+/** Sends the current options to the running server, once its start has settled. */
+async function pushSettings(): Promise<void> {
+  const current = client;
+  if (!current || !starting || !(await starting) || current !== client || !current.isRunning()) {
+    return; // no server, or a start still to come, which sends the current options with initialize
+  }
+  try {
+    await current.sendNotification(DidChangeConfigurationNotification.type, {
+      settings: { [SECTION]: optionsFor(settings()) },
+    });
+  } catch (error) {
+    log.warn(`sending the changed settings: ${String(error)}`);
+  }
+}
+
+/** Restarts the server when the Python extension's selection changes and the launch depends on it. */
+function watchInterpreter(): void {
+  if (watchingInterpreter) {
+    return;
+  }
+  const watch = onInterpreterChange(() => {
+    if (usesPythonExtension(settings())) {
+      log.info("selected Python interpreter changed; restarting");
+      void enqueue(startClient);
+    }
+  });
+  if (watch) {
+    watchingInterpreter = true;
+    extensionContext.subscriptions.push(watch);
+  }
 }
 
 async function stopClient(): Promise<void> {
@@ -82,7 +129,6 @@ async function stopClient(): Promise<void> {
   client = undefined;
   starting = undefined;
   if (old) {
-    retired.add(old);
     // Taken first: the client forgets its process while it stops.
     const serverProcess = old.serverProcess;
     try {
@@ -100,7 +146,7 @@ async function reportStartFailure(error: unknown): Promise<void> {
   const choice = await vscode.window.showErrorMessage(
     `${NAME}: could not start \`${launch ? describe(launch) : "the server"}\` ` +
       `(${error instanceof Error ? error.message : String(error)}). ` +
-      "Install slayer-lsp into that Python environment, or set `slayerLsp.server.command`.",
+      "Install slayer-lsp into that Python environment, or set `slayerLsp.interpreter` or `slayerLsp.server.command`.",
     "Open Settings",
     "Show Output",
   );
@@ -115,6 +161,7 @@ async function reportStartFailure(error: unknown): Promise<void> {
 async function startClient(): Promise<void> {
   await stopClient();
   const next = await createClient();
+  watchInterpreter(); // after createClient, which activated the Python extension when it was asked
   client = next;
   starting = next.start().then(
     () => true,
@@ -144,6 +191,7 @@ async function runningClient(): Promise<LanguageClient | undefined> {
 }
 
 export function activate(context: vscode.ExtensionContext): void {
+  extensionContext = context;
   log = vscode.window.createOutputChannel(NAME, { log: true });
   statusChannel = vscode.window.createOutputChannel(`${NAME} Status`);
   context.subscriptions.push(log, statusChannel);
@@ -153,7 +201,8 @@ export function activate(context: vscode.ExtensionContext): void {
     vscode.commands.registerCommand(`${SECTION}.search`, async () => {
       const c = await runningClient();
       if (c) {
-        await search(c);
+        const s = settings();
+        await search(c, { ranking: s.searchRanking, related: s.searchRelated });
       }
     }),
     vscode.commands.registerCommand(`${SECTION}.showStatus`, async () => {
@@ -165,26 +214,15 @@ export function activate(context: vscode.ExtensionContext): void {
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (RESTART_SETTINGS.some((key) => event.affectsConfiguration(key))) {
         log.info("launch or file-pattern settings changed; restarting");
-        if (client) {
-          retired.add(client);
-        }
         void enqueue(startClient);
+      } else if (SERVER_SETTINGS.some((key) => event.affectsConfiguration(key))) {
+        void pushSettings();
       }
     }),
   );
 
   // Not awaited: activation returns at once while the Python extension and the server start.
-  void enqueue(startClient).then(() => {
-    // Subscribed after the first start, which activated the Python extension if it is installed.
-    context.subscriptions.push(
-      onInterpreterChange(() => {
-        if (settings().serverCommand.length === 0) {
-          log.info("selected Python interpreter changed; restarting");
-          void enqueue(startClient);
-        }
-      }),
-    );
-  });
+  void enqueue(startClient);
 }
 
 export function deactivate(): Promise<void> {

@@ -98,11 +98,12 @@ export async function selectedInterpreter(
 
 /**
  * Calls `listener` when the selected interpreter changes. Subscribes only if the Python extension is
- * already active, so that merely installing it never forces its activation.
+ * already active, so that merely installing it never forces its activation; `undefined` when it did
+ * not subscribe (the caller tries again after a later start).
  */
-export function onInterpreterChange(listener: () => void): vscode.Disposable {
+export function onInterpreterChange(listener: () => void): vscode.Disposable | undefined {
   const extension = vscode.extensions.getExtension<PythonApi>(PYTHON_EXTENSION_ID);
   const api = extension?.isActive ? extension.exports : undefined;
   const event = api?.environments?.onDidChangeActiveEnvironmentPath ?? api?.settings?.onDidChangeExecutionDetails;
-  return typeof event === "function" ? event(() => listener()) : new vscode.Disposable(() => undefined);
+  return typeof event === "function" ? event(() => listener()) : undefined;
 }

@@ -12,12 +12,79 @@ export interface SearchHit {
   description?: string | null;
   matched_entities?: string[];
   query?: Record<string, unknown> | null;
+  /** A memory reached by a link hop (`related`): the `memory:<id>` it was reached from. */
+  via?: string;
 }
 
 export interface SearchResponse {
   results?: SearchHit[];
   resolved_input_entities?: string[];
   warnings?: string[];
+}
+
+/** `ranking` of `slayer/search`: slayer-lsp's evidence scoring, or SLayer 1.4.1's exact pipeline. */
+export const RANKINGS = ["hybrid", "slayer"] as const;
+export type Ranking = (typeof RANKINGS)[number];
+
+/** Hops through `memory:<id>` links the server follows at most (`MAX_RELATED_HOPS`). */
+export const MAX_RELATED = 3;
+
+export interface SearchRequest {
+  question: string;
+  max_results: number;
+  ranking: Ranking;
+  related?: number;
+}
+
+/** `slayer/search` params. `related` is sent only when it asks for hops: the slayer ranking refuses it. */
+export function searchParams(question: string, maxResults: number, ranking: Ranking, related: number): SearchRequest {
+  const params: SearchRequest = { question, max_results: maxResults, ranking };
+  if (ranking === "hybrid" && related > 0) {
+    params.related = Math.min(related, MAX_RELATED);
+  }
+  return params;
+}
+
+/** The other ranking, for the Search picker's toggle. */
+export function otherRanking(ranking: Ranking): Ranking {
+  return ranking === "hybrid" ? "slayer" : "hybrid";
+}
+
+const KIND_ICONS: Record<string, string> = {
+  datasource: "database",
+  model: "symbol-class",
+  column: "symbol-field",
+  measure: "symbol-number",
+  aggregation: "symbol-operator",
+  memory: "note",
+};
+
+function firstLine(text: string | null | undefined, limit = 160): string {
+  const line = (text ?? "").trim().split(/\r?\n/, 1)[0] ?? "";
+  return line.length > limit ? `${line.slice(0, limit - 1)}…` : line;
+}
+
+export interface HitText {
+  label: string;
+  description: string;
+  detail: string | undefined;
+}
+
+/**
+ * How a hit reads in the picker: icon and id; kind, score and matched entities; then the memory it
+ * was reached from (when a link hop found it) and the first line of its description or text.
+ */
+export function hitText(hit: SearchHit): HitText {
+  const icon = KIND_ICONS[hit.kind] ?? "symbol-misc";
+  const score = typeof hit.score === "number" ? hit.score.toFixed(3) : "";
+  const matched = hit.matched_entities?.length ? ` · ${hit.matched_entities.join(", ")}` : "";
+  const via = typeof hit.via === "string" && hit.via !== "" ? `via ${hit.via}` : "";
+  const summary = firstLine(hit.description) || firstLine(hit.text);
+  return {
+    label: `$(${icon}) ${hit.id}`,
+    description: `${hit.kind} ${score}${matched}`,
+    detail: [via, summary].filter((part) => part !== "").join(" · ") || undefined,
+  };
 }
 
 export interface WireLocation {
