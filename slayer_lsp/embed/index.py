@@ -52,6 +52,7 @@ class VectorIndex:
 
     def __init__(self, model: str, dim: int | None = None, *, capacity: int = 0) -> None:
         self._lock = threading.RLock()
+        self._reach: frozenset[str] | None = None  # a standing restriction (``restrict_to``); kept by clear()
         self._reset(model, dim, capacity)
 
     def _reset(self, model: str, dim: int | None, capacity: int = 0) -> None:
@@ -69,6 +70,8 @@ class VectorIndex:
         self.rejected = 0  # vectors refused for their width (or NaN) since the last clear
         self._version = 0  # bumped whenever a row is added or removed (row positions of ids change)
         self._allow_rows: OrderedDict[frozenset[str], tuple[int, np.ndarray]] = OrderedDict()
+        self._parts: dict[str, set[str]] = {}  # owner -> its part ids held (ids "<owner>#<part>")
+        self._reach_rows: tuple[int, np.ndarray] | None = None  # (version, rows) of the restriction
 
     # ------------------------------------------------------------------ inspection
 
@@ -108,6 +111,39 @@ class VectorIndex:
         with self._lock:
             pos = self._pos.get(canonical_id)
             return None if pos is None or self._mat is None else self._mat[pos].copy()
+
+    def parts_of(self, owner: str) -> list[str]:
+        """The part ids (``<owner>#<part>``) held for ``owner``, sorted."""
+        with self._lock:
+            return sorted(self._parts.get(owner, ()))
+
+    def restrict_to(self, ids: Iterable[str] | None) -> None:
+        """A standing restriction, for a session with a scope: a row whose id (or, for a part id
+        ``<owner>#<part>``, whose owner) is not in ``ids`` is never ranked, whatever a query's
+        ``allow`` says; the table may hold other sessions' vectors. ``None`` lifts it."""
+        with self._lock:
+            self._reach = None if ids is None else frozenset(ids)
+            self._reach_rows = None
+
+    def _reachable_rows(self) -> np.ndarray | None:
+        """Sorted row positions the restriction admits (None: no restriction); kept until rows
+        are added or removed."""
+        reach = self._reach
+        if reach is None:
+            return None
+        hit = self._reach_rows
+        if hit is not None and hit[0] == self._version:
+            return hit[1]
+        rows = np.array([i for i, cid in enumerate(self._ids[: self._n])
+                         if cid in reach or ("#" in cid and cid.rpartition("#")[0] in reach)], dtype=np.intp)
+        self._reach_rows = (self._version, rows)
+        return rows
+
+    def reachable_count(self) -> int:
+        """Rows a query may rank: all of them, or those the restriction admits."""
+        with self._lock:
+            rows = self._reachable_rows()
+            return self._n if rows is None else len(rows)
 
     def kind_counts(self) -> dict[str, int]:
         with self._lock:
@@ -191,6 +227,8 @@ class VectorIndex:
                     self._pos[cid] = pos
                     self._ids.append(cid)
                     self._hashes.append("")
+                    if "#" in cid:
+                        self._parts.setdefault(cid.rpartition("#")[0], set()).add(cid)
                 self._mat[pos] = unit[i]
                 self._codes[pos] = self._code(kinds[i])
                 self._hashes[pos] = hashes[i] if hashes is not None else ""
@@ -202,6 +240,13 @@ class VectorIndex:
             pos = self._pos.pop(canonical_id, None)
             if pos is None:
                 return False
+            if "#" in canonical_id:
+                owner = canonical_id.rpartition("#")[0]
+                held = self._parts.get(owner)
+                if held is not None:
+                    held.discard(canonical_id)
+                    if not held:
+                        del self._parts[owner]
             last = self._n - 1
             if pos != last:
                 moved = self._ids[last]
@@ -217,12 +262,13 @@ class VectorIndex:
             self._version += 1
             return True
 
-    def remove_subtree(self, root: str) -> int:
+    def remove_subtree(self, root: str, separators: tuple[str, ...] = (".",)) -> int:
         """Drop ``root`` and its dotted descendants (never a character prefix: ``memory:4`` keeps
-        ``memory:42``, ``orders`` keeps ``orders_archive``)."""
-        prefix = root + "."
+        ``memory:42``, ``orders`` keeps ``orders_archive``); with ``separators=(".", "#")`` their
+        parts too (``ds.m`` takes ``ds.m#meaning`` and ``ds.m.c#values``)."""
+        prefixes = tuple(root + sep for sep in separators)
         with self._lock:
-            doomed = [cid for cid in self._ids if cid == root or cid.startswith(prefix)]
+            doomed = [cid for cid in self._ids if cid == root or cid.startswith(prefixes)]
             for cid in doomed:
                 self.remove(cid)
             return len(doomed)
@@ -275,6 +321,9 @@ class VectorIndex:
             if unit is None or not unit.any():
                 return DenseHits({}, 0, ("dense: the question's vector is zero or not finite; not ranked",))
             rows = None if allow is None else self._rows_for(allow)
+            reach = self._reachable_rows()
+            if reach is not None:  # a scoped session's rows, whatever ``allow`` says
+                rows = reach if rows is None else np.intersect1d(rows, reach, assume_unique=True)
             codes = self._codes[:n] if rows is None else self._codes[rows]
             if kinds is not None:
                 wanted = [self._kind_codes[x] for x in set(kinds) if x in self._kind_codes]

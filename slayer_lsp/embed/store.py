@@ -38,7 +38,7 @@ BUSY_TIMEOUT = 5.0
 _IN_CHUNK = 900  # ids per IN (...) clause, well under any SQLite's parameter limit
 
 _CREATE_TABLE = (
-    "CREATE TABLE IF NOT EXISTS embeddings (\n"
+    "CREATE TABLE IF NOT EXISTS {table} (\n"
     "    canonical_id TEXT NOT NULL,\n"
     "    embedding_model_name TEXT NOT NULL,\n"
     "    entity_kind TEXT NOT NULL,\n"
@@ -48,9 +48,10 @@ _CREATE_TABLE = (
     "    PRIMARY KEY (canonical_id, embedding_model_name)\n"
     ")"
 )
-_CREATE_INDEX = "CREATE INDEX IF NOT EXISTS idx_embeddings_model ON embeddings(embedding_model_name)"
-_UPSERT = ("INSERT OR REPLACE INTO embeddings (canonical_id, embedding_model_name, entity_kind, "
+_CREATE_INDEX = "CREATE INDEX IF NOT EXISTS idx_{table}_model ON {table}(embedding_model_name)"
+_UPSERT = ("INSERT OR REPLACE INTO {table} (canonical_id, embedding_model_name, entity_kind, "
            "content_hash, embedding, created_at) VALUES (?, ?, ?, ?, ?, ?)")
+TABLE = "embeddings"  # SLayer's
 
 _decode_vector = msgspec.json.Decoder(list[float]).decode
 
@@ -117,12 +118,22 @@ class VectorStore:
     """Reads and writes rows of SLayer's ``embeddings`` table at ``db_path``.
 
     ``create`` allows creating the file, table and index on the first write (the YAML sidecar);
-    without it a missing table is an error on write and simply empty on read."""
+    without it a missing table is an error on write and simply empty on read. ``table``, ``kinds``
+    and ``separators`` are for a table of our own with SLayer's row layout (the part vectors of
+    ``embed.parts``): its name, the entity kinds it takes (``None``: any) and what separates an id
+    from its descendants' (``("." , "#")``: ``ds.m`` also owns ``ds.m#meaning``)."""
 
-    def __init__(self, db_path: str | os.PathLike[str], *, create: bool, busy_timeout: float = BUSY_TIMEOUT):
+    def __init__(self, db_path: str | os.PathLike[str], *, create: bool, busy_timeout: float = BUSY_TIMEOUT,
+                 table: str = TABLE, kinds: frozenset[str] | None = SLAYER_KINDS,
+                 separators: tuple[str, ...] = (".",)):
+        if not table.isidentifier():
+            raise ValueError(f"not a table name: {table!r}")
         self.path = Path(db_path)
         self.create = create
         self.busy_timeout = busy_timeout
+        self.table = table
+        self.kinds = kinds
+        self.separators = separators
 
     @classmethod
     def for_store(cls, location: object, *, busy_timeout: float = BUSY_TIMEOUT) -> VectorStore:
@@ -176,10 +187,10 @@ class VectorStore:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 if self.create:
-                    conn.execute(_CREATE_TABLE)
-                    conn.execute(_CREATE_INDEX)
-                elif conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'embeddings'"
-                                  ).fetchone() is None:
+                    conn.execute(_CREATE_TABLE.format(table=self.table))
+                    conn.execute(_CREATE_INDEX.format(table=self.table))
+                elif conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                  (self.table,)).fetchone() is None:
                     raise VectorStoreError(
                         f"{self.path} has no embeddings table (SLayer 1.4.1 creates it when it opens the store)")
                 yield conn
@@ -196,11 +207,11 @@ class VectorStore:
 
     def model_counts(self) -> dict[str, int]:
         """Rows per ``embedding_model_name``."""
-        rows = self._read("SELECT embedding_model_name, COUNT(*) FROM embeddings GROUP BY embedding_model_name")
+        rows = self._read(f"SELECT embedding_model_name, COUNT(*) FROM {self.table} GROUP BY embedding_model_name")
         return {name: int(n) for name, n in rows}
 
     def count(self, model: str) -> int:
-        rows = self._read("SELECT COUNT(*) FROM embeddings WHERE embedding_model_name = ?", (model,))
+        rows = self._read(f"SELECT COUNT(*) FROM {self.table} WHERE embedding_model_name = ?", (model,))
         return int(rows[0][0]) if rows else 0
 
     def iter_pages(self, model: str, *, page: int = 2000, dim: int | None = None) -> Iterator[VectorPage]:
@@ -213,7 +224,7 @@ class VectorStore:
         page = max(1, page)
         while True:
             rows = self._read(
-                "SELECT rowid, canonical_id, entity_kind, content_hash, embedding FROM embeddings "
+                f"SELECT rowid, canonical_id, entity_kind, content_hash, embedding FROM {self.table} "
                 "WHERE embedding_model_name = ? AND rowid > ? ORDER BY rowid LIMIT ?", (model, last, page))
             if not rows:
                 return
@@ -251,7 +262,7 @@ class VectorStore:
         for start in range(0, len(ids), _IN_CHUNK):
             chunk = ids[start:start + _IN_CHUNK]
             rows = self._read(
-                "SELECT canonical_id, entity_kind, content_hash, embedding, created_at FROM embeddings "
+                f"SELECT canonical_id, entity_kind, content_hash, embedding, created_at FROM {self.table} "
                 f"WHERE embedding_model_name = ? AND canonical_id IN ({','.join('?' * len(chunk))})",
                 (model, *chunk))
             for cid, kind, chash, raw, created in rows:
@@ -267,7 +278,7 @@ class VectorStore:
         last = -1
         while True:
             rows = self._read(
-                "SELECT rowid, canonical_id, content_hash FROM embeddings "
+                f"SELECT rowid, canonical_id, content_hash FROM {self.table} "
                 "WHERE embedding_model_name = ? AND rowid > ? ORDER BY rowid LIMIT ?", (model, last, page))
             for _rowid, cid, chash in rows:
                 yield cid, chash
@@ -281,7 +292,7 @@ class VectorStore:
         for start in range(0, len(ids), _IN_CHUNK):
             chunk = ids[start:start + _IN_CHUNK]
             out.update(self._read(
-                "SELECT canonical_id, content_hash FROM embeddings "
+                f"SELECT canonical_id, content_hash FROM {self.table} "
                 f"WHERE embedding_model_name = ? AND canonical_id IN ({','.join('?' * len(chunk))})",
                 (model, *chunk)))
         return out
@@ -296,14 +307,14 @@ class VectorStore:
         stamp = created_at or now_iso()
         params = []
         for row in rows:
-            if row.kind not in SLAYER_KINDS:
+            if self.kinds is not None and row.kind not in self.kinds:
                 raise ValueError(f"entity kind {row.kind!r} of {row.canonical_id!r} is not one SLayer reads "
-                                 f"({', '.join(sorted(SLAYER_KINDS))})")
+                                 f"({', '.join(sorted(self.kinds))})")
             params.append((row.canonical_id, model, row.kind, row.content_hash, encode_vector(row.vector), stamp))
         if not params:
             return 0
         with self._write() as conn:
-            conn.executemany(_UPSERT, params)
+            conn.executemany(_UPSERT.format(table=self.table), params)
         return len(params)
 
     def delete(self, canonical_id: str, *, model: str | None = None) -> int:
@@ -316,15 +327,45 @@ class VectorStore:
         roots = list(dict.fromkeys(canonical_ids))
         if not roots or not self.path.is_file():
             return 0
-        sql = "DELETE FROM embeddings WHERE (canonical_id = ? OR canonical_id LIKE ? ESCAPE '\\')"
+        likes = " OR ".join(["canonical_id LIKE ? ESCAPE '\\'"] * len(self.separators))
+        sql = f"DELETE FROM {self.table} WHERE (canonical_id = ? OR {likes})"
         if model is not None:
             sql += " AND embedding_model_name = ?"
         deleted = 0
         with self._write() as conn:
             for root in roots:
-                params: tuple = (root, escape_like(root) + ".%")
+                params: tuple = (root, *(escape_like(root) + sep + "%" for sep in self.separators))
                 if model is not None:
                     params += (model,)
                 deleted += conn.execute(sql, params).rowcount or 0
         return deleted
 
+
+
+class MemoryStore:
+    """Keeps nothing: vectors live in the worker's index only (for part vectors when the on-disk
+    cache is off; they are embedded again at the next start)."""
+
+    path = Path(":memory:")
+    table = ""
+
+    def model_counts(self) -> dict[str, int]:
+        return {}
+
+    def count(self, model: str) -> int:
+        return 0
+
+    def iter_pages(self, model: str, **_: object) -> Iterator[VectorPage]:
+        return iter(())
+
+    def get(self, model: str, canonical_ids: Iterable[str]) -> dict[str, StoredVector]:
+        return {}
+
+    def upsert(self, model: str, rows: Iterable[NewVector], **_: object) -> int:
+        return len(list(rows))
+
+    def delete(self, canonical_id: str, **_: object) -> int:
+        return 0
+
+    def delete_many(self, canonical_ids: Iterable[str], **_: object) -> int:
+        return 0

@@ -7,8 +7,9 @@ stored document, so re-saving a document with its keys shuffled gives the same t
 content hash and no re-embedding. Memories are embedded as SLayer embeds them (learning, a blank
 line, the description), so their hashes match rows SLayer wrote.
 
-Every statement belongs to a facet (``about``, ``type``, ``values``, ``logic``, ``context``);
-``facets()`` groups them, for a later index that embeds parts of an entity on their own.
+Every statement belongs to a group (``about``, ``type``, ``values``, ``logic``, ``context``);
+``facets()`` groups them. The facets that are embedded and ranked on their own, apart from this
+whole text, are declared in ``embed.facets``.
 """
 
 from __future__ import annotations

@@ -40,6 +40,32 @@ log = logging.getLogger(__name__)
 Items = Iterable[EmbedItem]
 
 
+class PartsStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """The part-vector worker (facets, memory pieces): the same counters, per part kind."""
+
+    state: str
+    rows: int
+    embedded: int
+    reused: int
+    pending: int
+    failed: int
+    last_error: str | None = None
+    store: str = ""
+    kinds: dict[str, int] = {}  # rows per part kind ("column#values": 268)
+
+    def warnings(self) -> list[str]:
+        out: list[str] = []
+        if self.state == "blocked":
+            out.append("facets: part vectors wait for the model switch of the dense channel")
+        elif self.state in ("starting", "loading"):
+            out.append(f"facets: still loading stored part vectors ({self.rows} so far)")
+        if self.pending:
+            out.append(f"facets: {self.pending} parts still waiting to be embedded; ranked the {self.rows} embedded")
+        if self.failed:
+            out.append(f"facets: {self.failed} parts failed to embed ({self.last_error})")
+        return out
+
+
 class EmbeddingStatus(msgspec.Struct, frozen=True, kw_only=True):
     """What ``slayer-lsp status`` and the daemon report about the dense channel."""
 
@@ -54,6 +80,7 @@ class EmbeddingStatus(msgspec.Struct, frozen=True, kw_only=True):
     last_error: str | None = None
     store: str = ""
     other_models: dict[str, int] = {}  # rows of other models in the table, never compared with ours
+    parts: PartsStatus | None = None  # the part-vector worker, when there is one
 
     def warnings(self) -> list[str]:
         """One-line warnings for a search response (empty when the channel is complete and healthy)."""
@@ -70,8 +97,8 @@ class EmbeddingStatus(msgspec.Struct, frozen=True, kw_only=True):
         return out
 
 
-def _under(canonical_id: str, roots: list[str]) -> bool:
-    return any(canonical_id == r or canonical_id.startswith(r + ".") for r in roots)
+def _under(canonical_id: str, roots: list[str], separators: tuple[str, ...] = (".",)) -> bool:
+    return any(canonical_id == r or canonical_id.startswith(tuple(r + sep for sep in separators)) for r in roots)
 
 
 def blocked_message(model: str, others: dict[str, int]) -> str:
@@ -88,6 +115,8 @@ class _Backfill:
     page: int
     seq: int  # enqueues and removals after this one win over the backfill's (older) items
     consumed: int = 0
+    seen: set[str] | None = None  # ids the backfill produced (kept when it prunes the rest)
+    failed: bool = False
 
 
 @dataclass(slots=True)
@@ -103,13 +132,23 @@ class EmbeddingWorker:
     everything to embed (e.g. ``lambda: CatalogItems(current_catalog)``): at start and after a
     model switch it is backfilled. ``switch_model=True`` lets this provider's model replace the
     vectors of another (in memory) and embed everything again. ``start=False`` leaves the thread
-    to ``start()``."""
+    to ``start()``.
+
+    The part-vector worker (``embed.parts``) is the same class over our own table: ``kinds=None``
+    (any kind), ``separators=(".", "#")`` (an owner's removal takes its parts), ``prune=True``
+    (rows a finished backfill did not produce are dropped: parts of entities deleted while no
+    daemon ran), ``reuse_from`` (an index whose vector of the owner is taken when the part's text
+    is the owner's own, e.g. a memory's ``meaning``). The dense channel's worker holds it as
+    ``parts``: it starts it the first time it has nothing left to do (held, when it is itself
+    blocked), stops it and switches its model with its own."""
 
     def __init__(self, location: object, provider: EmbeddingProvider, *, index: VectorIndex | None = None,
                  store: VectorStore | None = None, items: Callable[[], Items] | None = None,
                  switch_model: bool = False, batch_size: int = 32, max_attempts: int = 4,
                  backoff: float = 0.5, max_backoff: float = 30.0, page: int = 500, load_page: int = 2000,
-                 query_cache: int = 256, start: bool = True) -> None:
+                 query_cache: int = 256, start: bool = True, kinds: frozenset[str] | None = SLAYER_KINDS,
+                 separators: tuple[str, ...] = (".",), prune: bool = False,
+                 reuse_from: VectorIndex | None = None, parts: EmbeddingWorker | None = None) -> None:
         self.store = store if store is not None else VectorStore.for_store(location)
         self.provider = provider
         if index is not None and index.model != provider.name:
@@ -120,6 +159,14 @@ class EmbeddingWorker:
         self.index = index if index is not None else VectorIndex(provider.name, provider.dim)
         self._items_source = items
         self._switch = switch_model
+        self.kinds = kinds
+        self.separators = separators
+        self.prune = prune
+        self.reuse_from = reuse_from
+        self.parts = parts
+        if parts is not None and parts.reuse_from is None:
+            parts.reuse_from = self.index  # a part whose text is its owner's own takes the owner's vector
+        self._hold = False  # blocked from the start (set by an owning worker that is blocked)
         self.batch_size = max(1, batch_size)
         self.max_attempts = max(1, max_attempts)
         self.backoff = backoff
@@ -163,7 +210,10 @@ class EmbeddingWorker:
             self._thread.start()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop the thread (a batch being embedded is finished first, up to ``timeout``)."""
+        """Stop the thread (a batch being embedded is finished first, up to ``timeout``), and the
+        part worker's."""
+        if self.parts is not None:
+            self.parts.close(timeout)
         with self._cond:
             self._stop = True
             self._cond.notify_all()
@@ -204,9 +254,9 @@ class EmbeddingWorker:
     def enqueue_many(self, items: Items) -> None:
         batch = list(items)
         for item in batch:
-            if item.kind not in SLAYER_KINDS:
+            if self.kinds is not None and item.kind not in self.kinds:
                 raise ValueError(f"cannot embed {item.canonical_id!r}: kind {item.kind!r} is not one of "
-                                 f"{', '.join(sorted(SLAYER_KINDS))}")
+                                 f"{', '.join(sorted(self.kinds))}")
         with self._cond:
             for item in batch:
                 self._seq += 1
@@ -223,24 +273,50 @@ class EmbeddingWorker:
         with self._cond:
             self._seq += 1
             self._touched.clear()
-            self._backfill = _Backfill(iter(items), total, page or self.page, self._seq)
+            self._backfill = _Backfill(iter(items), total, page or self.page, self._seq,
+                                       seen=set() if self.prune else None)
             self._cond.notify_all()
 
     def remove(self, canonical_id: str, *, from_store: bool = True) -> None:
         """Forget an entity and its dotted descendants: queue, index now, the table's rows (every
         model, as SLayer cascades) in order with the writes. ``memory:4`` never touches ``memory:42``."""
-        prefix = canonical_id + "."
+        roots = [canonical_id]
         with self._cond:
             self._seq += 1
             self._tombstones.append((self._seq, canonical_id))
-            for cid in [c for c in self._queue if c == canonical_id or c.startswith(prefix)]:
+            for cid in [c for c in self._queue if _under(c, roots, self.separators)]:
                 del self._queue[cid]
-            for cid in [c for c in self._failed if c == canonical_id or c.startswith(prefix)]:
+            for cid in [c for c in self._failed if _under(c, roots, self.separators)]:
                 del self._failed[cid]
             if from_store:
                 self._ops.append(_Op("delete", canonical_id))
             self._cond.notify_all()
-        self.index.remove_subtree(canonical_id)
+        self.index.remove_subtree(canonical_id, self.separators)
+
+    def set_parts(self, owner: str, items: Items) -> None:
+        """Make ``items`` the parts of ``owner`` (ids ``<owner>#<part>``): they are queued (an
+        unchanged text is skipped by its hash), and parts of ``owner`` held or queued but no longer
+        among them are dropped from the index and the table."""
+        batch = [item for item in items if item.canonical_id.rpartition("#")[0] == owner]
+        keep = {item.canonical_id for item in batch}
+        prefix = owner + "#"
+        with self._cond:
+            stale = {c for c in self._queue if c.startswith(prefix) and "#" not in c[len(prefix):]}
+            stale.update(self.index.parts_of(owner))
+            stale -= keep
+            for cid in sorted(stale):
+                self._seq += 1
+                self._tombstones.append((self._seq, cid))
+                self._queue.pop(cid, None)
+                self._failed.pop(cid, None)
+                if self._backfill is not None:
+                    self._touched[cid] = self._seq
+            if stale:
+                self._ops.append(_Op("delete_ids", sorted(stale)))
+                self._cond.notify_all()
+        for cid in stale:
+            self.index.remove(cid)
+        self.enqueue_many(batch)
 
     def retry_failed(self) -> int:
         """Queue again every text that failed; returns how many."""
@@ -257,6 +333,8 @@ class EmbeddingWorker:
         with self._cond:
             self._ops.append(_Op("switch", provider or self.provider))
             self._cond.notify_all()
+        if self.parts is not None:
+            self.parts.switch_model(provider)
 
     def reload(self) -> None:
         """Read the table again (e.g. after SLayer wrote rows of our model) into the index."""
@@ -267,15 +345,28 @@ class EmbeddingWorker:
     # ------------------------------------------------------------------ consumers
 
     def status(self) -> EmbeddingStatus:
+        parts = self.parts.parts_status() if self.parts is not None else None
         with self._cond:
-            pending = len(self._queue) + len(self._inflight)
-            if self._backfill is not None and self._backfill.total is not None:
-                pending += max(0, self._backfill.total - self._backfill.consumed)
             return EmbeddingStatus(
                 model=self.provider.name, dim=self.index.dim or self.provider.dim, state=self._state,
-                rows=len(self.index), embedded=self.embedded, reused=self.reused, pending=pending,
+                rows=len(self.index), embedded=self.embedded, reused=self.reused, pending=self._pending(),
                 failed=len(self._failed), last_error=self._last_error, store=str(self.store.path),
-                other_models=dict(self._other_models))
+                other_models=dict(self._other_models), parts=parts)
+
+    def _pending(self) -> int:
+        pending = len(self._queue) + len(self._inflight)
+        if self._backfill is not None and self._backfill.total is not None:
+            pending += max(0, self._backfill.total - self._backfill.consumed)
+        return pending
+
+    def parts_status(self) -> PartsStatus:
+        """This worker's counters as the part worker of another."""
+        kinds = self.index.kind_counts()
+        with self._cond:
+            return PartsStatus(state=self._state, rows=len(self.index), embedded=self.embedded,
+                               reused=self.reused, pending=self._pending(), failed=len(self._failed),
+                               last_error=self._last_error, store=str(self.store.path),
+                               kinds=dict(sorted(kinds.items())))
 
     def failures(self) -> dict[str, str]:
         """The error of each failed text, by canonical id."""
@@ -334,6 +425,10 @@ class EmbeddingWorker:
                 if job is None:
                     if self._stop:
                         return
+                    if self.parts is not None and self.parts._thread is None:
+                        # parts start once the main vectors are done: search's own channel first,
+                        # and a memory's meaning then takes its main vector instead of a second embedding
+                        self.parts.start()
                     self._state = "blocked" if self._blocked else "idle"
                     self._cond.notify_all()
                     self._cond.wait()
@@ -384,6 +479,8 @@ class EmbeddingWorker:
         elif isinstance(job, _Op):
             if job.kind == "delete":
                 self._with_store_retries(lambda: self.store.delete(job.arg), "delete")
+            elif job.kind == "delete_ids":
+                self._with_store_retries(lambda: self.store.delete_many(job.arg), "delete")
             elif job.kind == "switch":
                 self._do_switch(job.arg)
             elif job.kind == "reload":
@@ -404,18 +501,23 @@ class EmbeddingWorker:
             self._note_error(str(exc))
             counts = {}
         others = {m: n for m, n in counts.items() if m != self.provider.name}
-        blocked = bool(others) and not counts.get(self.provider.name) and not self._switch
+        blocked = (bool(others) and not counts.get(self.provider.name) and not self._switch) or self._hold
         with self._cond:
             self._other_models = others
             self._blocked = blocked
+        if self.parts is not None:  # the parts wait with us: a blocked model must not embed them either
+            self.parts._hold = blocked
         if not blocked:
-            self._load_rows()
+            self._load_rows(settle=False)
         if self._items_source is not None:
             self.backfill(self._items_source())
+        with self._cond:  # idle only now: a waiter must not slip in between the rows and the backfill
+            self._state = "idle"
+            self._cond.notify_all()
 
-    def _load_rows(self) -> None:
+    def _load_rows(self, settle: bool = True) -> None:
         """Stored rows of our model into the index, page by page (rows of the wrong width are
-        skipped with a warning; their entities get embedded again)."""
+        skipped with a warning; their entities get embedded again). ``settle``: report idle after."""
         model = self.provider.name
         with self._cond:
             if self._state != "loading":
@@ -434,8 +536,9 @@ class EmbeddingWorker:
             self._note_error(f"{rejected} stored vector(s) of {model} were unreadable or of another "
                              f"dimension; they will be embedded again")
         log.info("embedding worker: %d vectors of %s loaded from %s", len(self.index), model, self.store.path)
-        with self._cond:
-            self._state = "idle"
+        if settle:
+            with self._cond:
+                self._state = "idle"
 
     def _do_switch(self, provider: EmbeddingProvider) -> None:
         with self._cond:
@@ -466,14 +569,17 @@ class EmbeddingWorker:
                 exhausted = True
         except Exception as exc:  # a failing item source ends the backfill, reported
             self._note_error(f"backfill: {exc}")
-            exhausted = True
+            exhausted = bf.failed = True
         with self._cond:
             bf.consumed += len(page)
             if self._backfill is bf:
                 roots = [root for seq, root in self._tombstones if seq > bf.seq]
                 for item in page:
                     cid = item.canonical_id
-                    if item.kind not in SLAYER_KINDS or cid in self._touched or _under(cid, roots):
+                    if bf.seen is not None:
+                        bf.seen.add(cid)
+                    if (self.kinds is not None and item.kind not in self.kinds) or cid in self._touched \
+                            or _under(cid, roots, self.separators):
                         continue
                     current = self.index.hash_of(cid)
                     if cid in self._queue or (current is not None and (
@@ -482,8 +588,22 @@ class EmbeddingWorker:
                     self._queue[item.canonical_id] = item
                 if exhausted:
                     self._backfill = None
+                    if bf.seen is not None and not bf.failed:
+                        self._prune(bf.seen)
                     self._touched.clear()
             self._cond.notify_all()
+
+    def _prune(self, seen: set[str]) -> None:
+        """Under the lock, at the end of a complete backfill: drop the rows it did not produce and
+        nothing touched since (parts of entities deleted or changed while no worker ran)."""
+        stale = [cid for cid in self.index.ids()
+                 if cid not in seen and cid not in self._touched and cid not in self._queue]
+        if not stale:
+            return
+        for cid in stale:
+            self.index.remove(cid)
+        self._ops.append(_Op("delete_ids", stale))
+        log.info("embedding worker: %d stale rows pruned from %s", len(stale), self.store.path)
 
     def _process(self, batch: list[EmbedItem]) -> None:
         with self._cond:
@@ -493,13 +613,22 @@ class EmbeddingWorker:
             self._tombstones = [t for t in self._tombstones if t[0] > keep_after]
         model = self.provider.name
         todo: list[tuple[EmbedItem, str]] = []
+        borrowed: list[tuple[EmbedItem, str, np.ndarray]] = []
         for item in batch:
             digest = content_hash(item.text)
             current = self.index.hash_of(item.canonical_id)
             if current is not None and (current == digest or current in item.accept_hashes):
                 self.skipped += 1
                 continue
-            todo.append((item, digest))
+            vec = self._borrow(item.canonical_id, digest)
+            if vec is not None:
+                borrowed.append((item, digest, vec))
+            else:
+                todo.append((item, digest))
+        if borrowed and self._to_index(borrowed, start_seq):
+            self.reused += len(borrowed)
+            rows = [NewVector(item.canonical_id, item.kind, digest, vec) for item, digest, vec in borrowed]
+            self._with_store_retries(lambda: self.store.upsert(model, rows), "write")
         if not todo:
             return
         try:
@@ -530,12 +659,21 @@ class EmbeddingWorker:
         if self._to_index(done, start_seq):
             self._with_store_retries(lambda: self.store.upsert(model, rows), "write")
 
+    def _borrow(self, canonical_id: str, digest: str) -> np.ndarray | None:
+        """The owner's vector from ``reuse_from`` when this part's text is the owner's own."""
+        if self.reuse_from is None or "#" not in canonical_id or self.reuse_from.model != self.provider.name:
+            return None
+        owner = canonical_id.rpartition("#")[0]
+        if self.reuse_from.hash_of(owner) != digest:
+            return None
+        return self.reuse_from.vector(owner)
+
     def _live(self, done: list[tuple[EmbedItem, str, np.ndarray]], start_seq: int
               ) -> list[tuple[EmbedItem, str, np.ndarray]]:
         """Drop results for ids removed (or replaced) while their batch was being embedded."""
         with self._cond:
             roots = [root for seq, root in self._tombstones if seq > start_seq]
-            return [row for row in done if not _under(row[0].canonical_id, roots)]
+            return [row for row in done if not _under(row[0].canonical_id, roots, self.separators)]
 
     def _to_index(self, rows: list[tuple[EmbedItem, str, np.ndarray]], start_seq: int) -> bool:
         rows = self._live(rows, start_seq)
@@ -582,7 +720,7 @@ class EmbeddingWorker:
             roots = [root for seq, root in self._tombstones if seq > self._batch_seq]
             for item, _ in todo:
                 cid = item.canonical_id
-                if cid not in self._queue and not _under(cid, roots):  # not queued again, not removed
+                if cid not in self._queue and not _under(cid, roots, self.separators):  # not queued again, not removed
                     self._failed[cid] = (item, message)
         self._note_error(message)
 
