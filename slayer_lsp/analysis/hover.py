@@ -2,7 +2,8 @@
 
 User text (descriptions, learnings, labels, sample values) is escaped so that it cannot inject
 Markdown or HTML; sample values are shown as the JSON array SLayer's search text holds. The card is
-cut at ``max_chars`` on a section boundary, with a note saying so.
+cut at ``max_chars`` on a section boundary, with a note saying so. A hidden model or column gets no card
+from a query or a memory (``hides``): like search and completion, hover does not reach it.
 """
 
 from __future__ import annotations
@@ -30,17 +31,33 @@ class HoverData:
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]#|~])")
 
 
+# Characters that act on the reader's display instead of showing: C0 and C1 controls (but tab and
+# newline), DEL, and the bidirectional overrides and isolates that reorder what is shown.
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with its line breaks as ``\\n`` and each control or bidi character shown as its code
+    (``\\u202e``), so that it can neither recolour a terminal nor reorder a hover."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def escape(text: str) -> str:
-    """Plain text safe inside Markdown: HTML neutralised, Markdown punctuation backslashed, a
-    leading list marker or heading kept literal."""
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Plain text safe inside Markdown: controls made visible, HTML neutralised, Markdown punctuation
+    backslashed, leading indentation dropped (no code block) and a leading list, heading or setext
+    marker (``-``, ``+``, ``=``, ``1.``, ``1)``) kept literal."""
+    text = visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = _MD_SPECIAL.sub(r"\\\1", text)
-    text = re.sub(r"(?m)^(\s*)([-+=])(\s|$)", r"\1\\\2\3", text)
-    return re.sub(r"(?m)^(\s*\d+)\.(\s|$)", r"\1\\.\2", text)
+    text = re.sub(r"(?m)^[ \t]+", "", text)
+    text = re.sub(r"(?m)^([-+=])", r"\\\1", text)
+    return re.sub(r"(?m)^(\d+)([.)])", r"\1\\\2", text)
 
 
 def code(text: str) -> str:
-    """An inline code span that survives backticks in ``text``."""
+    """An inline code span that survives backticks in ``text``. Line breaks become spaces (a code span
+    shows them so anyway), so that a blank line cannot end the span and start a block."""
+    text = visible(text).replace("\n", " ")
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
@@ -48,6 +65,7 @@ def code(text: str) -> str:
 
 
 def block(text: str, lang: str = "") -> str:
+    text = visible(text)
     longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{lang}\n{text}\n{fence}"
@@ -202,7 +220,20 @@ def hover(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
         if b.warnings:
             text += "\n\n" + "\n\n".join(f"⚠ {escape(w)}" for w in b.warnings)
         return HoverData(_cap([text], max_chars), ref.span)
+    if hides(catalog, b.canonical, ref.role):
+        return None
     md = entity_markdown(catalog, b.canonical, warnings=b.warnings, max_chars=max_chars)
     if md is None:
         return None
     return HoverData(md, ref.span, b.canonical)
+
+
+# Roles of a model file's own text: its author sees hidden columns there anyway.
+MODEL_FILE_ROLES = frozenset({dm.DEFINITION, dm.JOIN_TARGET, dm.JOIN_KEY, dm.MODEL_FORMULA})
+
+
+def hides(catalog: Catalog, canonical: str, role: str) -> bool:
+    """A hidden model or column stays unreachable from queries and memories (as in search and
+    completion): no card, no definition. Diagnostics still name it (``hidden-entity``)."""
+    ent = catalog.get(canonical)
+    return ent is not None and ent.hidden and role not in MODEL_FILE_ROLES

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from slayer_lsp.analysis import documents as dm
 from slayer_lsp.analysis.binding import bind_all, bind_ref
+from slayer_lsp.analysis.hover import hides
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import memory_ref
 from slayer_lsp.store.reader import Source
@@ -121,7 +122,7 @@ def definition(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog) ->
     if ref is None:
         return []
     b = bind_ref(doc, ref, catalog)
-    if b.canonical is None:
+    if b.canonical is None or hides(catalog, b.canonical, ref.role):
         return []
     loc = entity_location(catalog, b.canonical)
     return [loc] if loc is not None else []

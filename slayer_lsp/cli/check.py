@@ -74,6 +74,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
     p.add_argument("--fail-on", choices=("error", "warning"), default="error",
                    help="lowest severity that makes the exit code 1 (default error)")
+    add_scope_arguments(p)
+
+
+def add_scope_arguments(p: argparse.ArgumentParser) -> None:
+    """The session scope (``catalog.scope``): what lies outside it is unreachable on every path."""
+    p.add_argument("--scope-datasource", action="append", dest="scope_datasources", metavar="DS",
+                   help="reach only this datasource (repeatable; default every datasource)")
+    p.add_argument("--access-tag", action="append", dest="access_tags", metavar="TAG",
+                   help="the caller's SLayer access tag (repeatable): a model with access_tags is reachable "
+                        "only when it shares one (default: no access restriction)")
+    p.add_argument("--untagged-only", action="store_true",
+                   help="the caller holds no access tag: only models without access_tags are reachable")
+
+
+def scope_from_args(args: argparse.Namespace):  # -> catalog.scope.Scope
+    from slayer_lsp.catalog.scope import Scope
+
+    try:
+        return Scope.of(getattr(args, "scope_datasources", None), getattr(args, "access_tags", None),
+                        untagged_only=getattr(args, "untagged_only", False))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -178,15 +200,19 @@ class Report:
     files: int
 
 
-def run_check(paths: list[str], storage: str | None, cwd: str | None = None) -> Report:
+def run_check(paths: list[str], storage: str | None, cwd: str | None = None, scope: Any = None) -> Report:
     """Every finding, sorted by path and position. Raises ``UsageError`` for a bad path or a store
-    that cannot be read at all."""
+    that cannot be read at all. Under a ``scope`` (``catalog.scope.Scope``) only the reachable
+    catalog is checked, and a reference to something outside it is unknown, like a missing one."""
     from slayer_lsp.analysis.store_checks import check_store
     from slayer_lsp.catalog import load_catalog
+    from slayer_lsp.catalog.scope import restrict
 
     cwd = cwd or os.getcwd()
     location = _absolute_location(storage)
     catalog = load_catalog(location)
+    if scope is not None:
+        catalog = restrict(catalog, scope)
     if catalog.fatal:
         raise UsageError(f"cannot check the store: {catalog.fatal}")
     docs = documents_to_check(paths, location)
@@ -326,7 +352,7 @@ def exit_code(report: Report, fail_on: str) -> int:
 def cmd_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
-        report = run_check(args.paths, args.storage)
+        report = run_check(args.paths, args.storage, scope=scope_from_args(args))
     except UsageError as exc:
         print(f"slayer-lsp: error: {exc}", file=sys.stderr)
         return 2
