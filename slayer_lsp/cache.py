@@ -17,11 +17,13 @@ old cache or the new one, never half of one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import msgspec
@@ -108,7 +110,7 @@ class StoreCache:
     def _write(self, name: str, value: object) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=self.root)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.{os.getpid()}.", dir=self.root)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(msgspec.msgpack.encode(value))
                 fh.flush()
@@ -148,16 +150,39 @@ class StoreCache:
             return None
 
     def collect_garbage(self, keep: Path | None) -> None:
-        """Remove index directories no manifest names (failed builds, older generations)."""
+        """Remove index directories no manifest names (failed builds, older generations) and the temp
+        files of writers that died before renaming them into place."""
         try:
             entries = list(self.root.glob("fulltext-*"))
+            temps = list(self.root.glob(".*.msgpack.*"))
         except OSError:
             return
+        for temp in temps:
+            if _orphaned(temp):
+                with contextlib.suppress(OSError):
+                    temp.unlink()
         for entry in entries:
             if entry.is_dir() and (keep is None or entry.resolve() != keep.resolve()):
                 if (entry / ".tantivy-writer.lock").exists() and _locked(entry):
                     continue  # another process's live index
                 shutil.rmtree(entry, ignore_errors=True)
+
+
+def _orphaned(temp: Path) -> bool:
+    """A temp file ``.<name>.<pid>.<random>`` whose writer is gone (or any one a day old)."""
+    try:
+        if time.time() - temp.stat().st_mtime > 86400:
+            return True
+        pid = int(temp.name.split(".")[3])
+    except (OSError, ValueError, IndexError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, under another user
+        return False
+    return False
 
 
 def _locked(directory: Path) -> bool:

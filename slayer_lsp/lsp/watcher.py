@@ -86,6 +86,7 @@ class StoreWatcher:
         self._changes: queue.SimpleQueue[set[str]] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self.watching: Path | None = None  # the directory being watched right now
+        self._rescan_at: float | None = None  # time.monotonic() of a whole re-read asked for by request_rescan
 
     # ----- lifecycle
 
@@ -103,6 +104,12 @@ class StoreWatcher:
             if thread is not threading.current_thread():
                 thread.join(timeout)
         self._threads = []
+
+    def request_rescan(self, after_s: float) -> None:
+        """Call ``on_change`` with the store itself (a whole re-read) in ``after_s`` seconds unless a
+        change comes first: how a store that became unreadable is retried when no file event will
+        say it is whole again (a lock released without a write, a file system remounted)."""
+        self._rescan_at = time.monotonic() + after_s
 
     @property
     def running(self) -> bool:
@@ -166,10 +173,14 @@ class StoreWatcher:
     def _debounce(self) -> None:
         quiet, max_wait = self.quiet_ms / 1000, self.max_wait_ms / 1000
         while not self._stop.is_set():
+            due = self._rescan_at
             try:
-                paths = set(self._changes.get(timeout=0.25))
+                wait = 0.25 if due is None else min(0.25, max(due - time.monotonic(), 0.0))
+                paths = set(self._changes.get(timeout=wait))
             except queue.Empty:
-                continue
+                if due is None or time.monotonic() < due:
+                    continue
+                paths = {str(self.location.path)}
             first = time.monotonic()
             while (left := min(quiet, first + max_wait - time.monotonic())) > 0:
                 try:
@@ -178,6 +189,7 @@ class StoreWatcher:
                     break
             if self._stop.is_set():
                 return
+            self._rescan_at = None  # this call re-reads; the handler asks again if the store is still unreadable
             try:
                 self.on_change(paths)
             except Exception:  # noqa: BLE001 - a failed refresh must not stop the watching

@@ -7,12 +7,19 @@ loaded becomes a ``LoadIssue`` naming its source and the reason, and the rest st
 
 Both readers keep a cache keyed by each source's identity (stat key for files, the stored text for
 rows), so a rescan after a change re-parses only what changed.
+
+A YAML file that loaded before and now fails (caught half-written by a writer that does not rename
+into place, replaced with garbage, deleted between listing and reading) keeps its last good document
+in later reads of the same reader, with the failure as a load issue: a long-lived process keeps
+answering from what it knew. Such a document is never written to the on-disk cache, so a fresh start
+sees the file as it is.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -129,10 +136,10 @@ def split_front_matter(text: str) -> tuple[dict[str, Any] | None, str]:
     if end < 0:
         if text.endswith("\n---"):
             end = len(text) - 4
-            front = fastyaml.load(text[4:end])
+            front = _load_yaml(text[4:end])
             return (front if isinstance(front, dict) else {}), ""
         return None, text
-    front = fastyaml.load(text[4:end])
+    front = _load_yaml(text[4:end])
     return (front if isinstance(front, dict) else {}), text[end + 5:]
 
 
@@ -147,6 +154,7 @@ class YamlReader:
         self.root = location.path
         # path -> (stat key, doc or None, issues)
         self._cache: dict[str, tuple[tuple[int, ...], StoredDoc | None, tuple[LoadIssue, ...]]] = {}
+        self._retained: set[str] = set()  # paths whose cached doc is the last good one of a file that now fails
         self._listed: dict[str, Any] | None = None  # the last listing: path -> parser
 
     def read(self, changed: Iterable[str] | None = None) -> StoreRead:
@@ -187,7 +195,7 @@ class YamlReader:
                 _, doc, issues = self._cache[path]  # the watcher says this file did not change
             else:
                 doc, issues = self._load(path, parse)
-            out.issues.extend(i for i in issues if doc is None)
+            out.issues.extend(i for i in issues if doc is None or path in self._retained)
             if doc is None:
                 continue
             prev = out.docs.get(doc.key)
@@ -198,6 +206,7 @@ class YamlReader:
             out.docs[doc.key] = doc
         for stale in set(self._cache) - live:
             del self._cache[stale]
+        self._retained &= live
         return out
 
     def _parser_for(self, path: str) -> Any:
@@ -234,7 +243,7 @@ class YamlReader:
 
         out = []
         for path, (stat, doc, _issues) in self._cache.items():
-            if doc is None:
+            if doc is None or path in self._retained:
                 continue
             v = doc.value
             out.append(CachedDoc(
@@ -270,12 +279,12 @@ class YamlReader:
 
     def _load(self, path: str, parse: Any) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
         source = Source(path)
+        cached = self._cache.get(path)
         try:
             st = os.stat(path)
-        except OSError as exc:
-            return None, (LoadIssue(source, f"cannot stat: {exc.strerror or exc}"),)
+        except OSError as exc:  # gone since the listing (deleted, or being re-created)
+            return self._failed(path, cached, (), (LoadIssue(source, f"cannot stat: {exc.strerror or exc}"),))
         key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        cached = self._cache.get(path)
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
         try:
@@ -283,25 +292,41 @@ class YamlReader:
                 raw = fh.read()
             text = raw.decode("utf-8")
             doc = parse(path, text, source)
-            result: tuple[StoredDoc | None, tuple[LoadIssue, ...]] = (doc, doc.issues)
         except UnicodeDecodeError as exc:
-            result = (None, (LoadIssue(source, f"not UTF-8 text ({exc.reason} at byte {exc.start})",
-                                       "error"),))
+            problem = LoadIssue(source, f"not UTF-8 text ({exc.reason} at byte {exc.start})", "error")
         except yaml.YAMLError as exc:
-            result = (None, (LoadIssue(source, f"invalid YAML: {_yaml_reason(exc)}", "error"),))
+            problem = LoadIssue(source, f"invalid YAML: {_yaml_reason(exc)}", "error")
         except (msgspec.ValidationError, ValueError, TypeError) as exc:
-            result = (None, (LoadIssue(source, f"cannot be loaded: {exc}", "error"),))
+            problem = LoadIssue(source, f"cannot be loaded: {exc}", "error")
         except OSError as exc:
-            result = (None, (LoadIssue(source, f"cannot be read: {exc.strerror or exc}", "error"),))
-        self._cache[path] = (key, result[0], result[1])
-        return result
+            problem = LoadIssue(source, f"cannot be read: {exc.strerror or exc}", "error")
+        except (RecursionError, MemoryError) as exc:
+            problem = LoadIssue(source, f"cannot be loaded: {type(exc).__name__}", "error")
+        else:
+            self._retained.discard(path)
+            self._cache[path] = (key, doc, doc.issues)
+            return doc, doc.issues
+        return self._failed(path, cached, key, (problem,))
+
+    def _failed(self, path: str, cached: Any, key: tuple[int, ...],
+                issues: tuple[LoadIssue, ...]) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
+        """A file that does not load now. If it loaded before, its last good document stays (the
+        issues say so); the entry is keyed by the failing file's stat (``()`` when it has none), so
+        the next change of the file is read again."""
+        last_good = cached[1] if cached is not None else None
+        if last_good is not None:
+            issues = tuple(LoadIssue(i.source, f"{i.message}; serving its last good version", i.severity)
+                           for i in issues)
+            self._retained.add(path)
+        self._cache[path] = (key, last_good, issues)
+        return last_good, issues
 
     @staticmethod
     def _digest(text: str) -> str:
         return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
     def _parse_datasource(self, path: str, text: str, source: Source) -> StoredDoc:
-        data = fastyaml.load(text)
+        data = _load_yaml(text)
         if not isinstance(data, dict):
             raise ValueError("expected a mapping at the top level")
         data.setdefault("name", Path(path).stem)
@@ -310,7 +335,7 @@ class YamlReader:
         return StoredDoc(DocKey("datasource", ds.name), ds, source, self._digest(text), issues)
 
     def _parse_model(self, path: str, text: str, source: Source) -> StoredDoc:
-        data = fastyaml.load(text)
+        data = _load_yaml(text)
         if not isinstance(data, dict):
             raise ValueError("expected a mapping at the top level")
         p = Path(path)
@@ -339,11 +364,28 @@ class YamlReader:
         return StoredDoc(DocKey("memory", mem.id), mem, source, self._digest(text), issues)
 
     def _parse_priority(self, path: str, text: str, source: Source) -> StoredDoc:
-        data = fastyaml.load(text) or {}
+        data = _load_yaml(text) or {}
         items = data.get("priority", []) if isinstance(data, dict) else data
         if not isinstance(items, list):
             raise ValueError("'priority' must be a list of datasource names")
         return StoredDoc(PRIORITY_KEY, tuple(str(x) for x in items), source, self._digest(text))
+
+
+MAX_FLOW_DEPTH = 1000  # libyaml's parse time grows with the square of the flow nesting depth
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _load_yaml(text: str) -> Any:
+    """``fastyaml.load``, refusing ``[[[[...`` nested deeper than any store document could be first:
+    libyaml takes minutes on a few hundred kilobytes of it. Only a text with that many opening
+    brackets is scanned."""
+    if text.count("[") + text.count("{") > MAX_FLOW_DEPTH:
+        depth = 0
+        for m in _BRACKETS.finditer(text):
+            depth = depth + 1 if m.group() in "[{" else max(depth - 1, 0)
+            if depth > MAX_FLOW_DEPTH:
+                raise ValueError(f"flow collections nested deeper than {MAX_FLOW_DEPTH} levels")
+    return fastyaml.load(text)
 
 
 def _yaml_reason(exc: yaml.YAMLError) -> str:
@@ -377,7 +419,8 @@ def _dirs(directory: Path) -> list[str]:
 
 class SqliteReader:
     """Reads the ``datasources``, ``models``, ``memories`` and ``settings`` tables in one short,
-    read-only transaction (never migrating the schema, never holding the file open)."""
+    read-only transaction (never migrating the schema, never holding the file open). The one write
+    it may cause is SQLite's own: rolling back the hot journal of a writer that died mid-transaction."""
 
     def __init__(self, location: StoreLocation, busy_timeout: float = 2.0):
         self.location = location
@@ -391,7 +434,15 @@ class SqliteReader:
             out.fatal = f"store file {path} does not exist"
             return out
         try:
-            rows = self._fetch(path)
+            try:
+                rows = self._fetch(path)
+            except sqlite3.OperationalError as exc:
+                if getattr(exc, "sqlite_errorname", "") != "SQLITE_READONLY_ROLLBACK":
+                    raise
+                # a writer died mid-transaction and left a hot journal, which a read-only connection
+                # may not roll back: open read-write once so SQLite restores the last committed state
+                # (what any SLayer process opening the store would do)
+                rows = self._fetch(path, read_only=False)
         except sqlite3.DatabaseError as exc:
             out.fatal = f"cannot read SQLite store {path}: {exc}"
             return out
@@ -409,8 +460,8 @@ class SqliteReader:
             del self._cache[stale]
         return out
 
-    def _fetch(self, path: Path) -> list[tuple[str, str, str]]:
-        uri = f"{path.resolve().as_uri()}?mode=ro"
+    def _fetch(self, path: Path, read_only: bool = True) -> list[tuple[str, str, str]]:
+        uri = f"{path.resolve().as_uri()}?mode={'ro' if read_only else 'rw'}"
         conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, check_same_thread=False)
         try:
             conn.execute("BEGIN")  # one consistent read; released at once

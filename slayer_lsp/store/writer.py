@@ -32,7 +32,7 @@ import re
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
@@ -226,7 +226,25 @@ def _coerce_id(value: Any) -> str:
         check_memory_id(memory_id)
     except EntityResolutionError as exc:
         raise MemoryWriteError(str(exc)) from exc
+    try:
+        memory_id.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no file name, no SQLite text can hold it
+        raise MemoryWriteError(f"memory id {memory_id!r} is not valid Unicode text (it holds a lone "
+                               f"surrogate).") from None
     return memory_id
+
+
+def _check_file_name(memories: Path, memory_id: str) -> None:
+    """A YAML store keeps memory ``id`` in ``memories/<id>.md``: an id too long for a file name is the
+    input's fault, refused before anything is written (not an I/O error after the fact)."""
+    try:
+        name_max = os.pathconf(memories, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    size = len(f"{memory_id}.md".encode())
+    if size > name_max:
+        raise MemoryWriteError(f"memory id is too long for a YAML store: its file name would take {size} bytes "
+                               f"and the file system allows {name_max}.")
 
 
 def _normalize_description(value: Any) -> str | None:
@@ -835,6 +853,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 def _io_error(action: str, target: Path | str, exc: BaseException) -> MemoryWriteError:
     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     code = f" ({errno.errorcode.get(exc.errno, exc.errno)})" if isinstance(exc, OSError) and exc.errno else ""
+    if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorname", None):
+        code = f" ({exc.sqlite_errorname})"  # SQLITE_FULL, SQLITE_IOERR_WRITE, SQLITE_BUSY, ...
     return MemoryWriteError(f"cannot {action} {target}: {reason}{code}")
 
 
@@ -852,6 +872,17 @@ def _yaml_store(store: Path) -> Path:
     except OSError as exc:
         raise _io_error("create", memories, exc) from exc
     return memories
+
+
+def _sweep_orphans(memories: Path, names: Iterable[str]) -> None:
+    """Remove the temp files of memory writers that died mid-write (``kill -9``, a crash). Every
+    writer, SLayer's and ours, holds the memories lock while its temp file exists, so one found
+    under the lock belongs to nobody. Called under the lock."""
+    for name in names:
+        if name.startswith(".") and ".tmp." in name:
+            with contextlib.suppress(OSError):
+                os.unlink(memories / name)
+                log.info("removed %s, left by a memory writer that died mid-write", memories / name)
 
 
 def _int_shaped(value: str) -> bool:
@@ -892,9 +923,12 @@ def _save_yaml(store: Path, memory_id: str | None, learning: str, description: s
                entities: tuple[str, ...], query: dict[str, Any] | None, warnings: tuple[str, ...],
                timeout: float) -> SavedMemory:
     memories = _yaml_store(store)
+    if memory_id is not None:
+        _check_file_name(memories, memory_id)
     try:
         with _memories_lock(store, timeout):
             names = set(os.listdir(memories))
+            _sweep_orphans(memories, names)
             ids = [n[:-3] for n in names if n.endswith(".md")]
             created = True
             if memory_id is None:
@@ -989,7 +1023,9 @@ def _forget_yaml(store: Path, memory_id: str, timeout: float) -> bool:
     target = memories / f"{memory_id}.md"
     try:
         with _memories_lock(store, timeout):
-            if f"{memory_id}.md" not in os.listdir(memories):
+            names = os.listdir(memories)
+            _sweep_orphans(memories, names)
+            if f"{memory_id}.md" not in names:
                 return False
             try:
                 os.unlink(target)
