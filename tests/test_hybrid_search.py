@@ -183,3 +183,38 @@ def test_edits_reach_the_lexicon(tmp_path):
     eng.refresh()
     assert columns(eng, "customers in MIDMARKET")[0] == "cards.customers.Currency"
     eng.close()
+
+
+def test_a_facet_ranks_that_facet_alone(engine):
+    by_values = engine.search({"question": "Fresno", "facet": "values", "kinds": ["column"]})
+    assert [h.id for h in by_values.results][:1] == ["schools.schools.County"]
+    assert all(h.kind == "column" for h in by_values.results)
+    by_meaning = engine.search({"question": "Fresno", "facet": "meaning"})
+    assert "schools.schools.County" not in [h.id for h in by_meaning.results]  # no name or description says it
+    with pytest.raises(SearchError, match="unknown facet"):
+        engine.search({"question": "x", "facet": "colour"})
+    with pytest.raises(SearchError, match="need ranking 'hybrid'"):
+        engine.search({"question": "x", "facet": "values", "ranking": "slayer"})
+
+
+def test_answers_do_not_depend_on_the_hash_seed(tmp_path):
+    """Sets iterate in a per-process order; no score or order may follow it."""
+    import subprocess
+    import sys
+
+    store = write_store(tmp_path / "store")
+    script = (
+        "import json, sys\n"
+        "from slayer_lsp.engine import Engine\n"
+        "e = Engine(sys.argv[1], use_cache=False, graph=False)\n"
+        "qs = ['free meal count of schools in Alameda county', 'customers in LAM', 'average math score',\n"
+        "      'which schools are high-need?', 'county', 'price paid by card customers']\n"
+        "print(json.dumps([[(h.kind, h.id, h.score) for h in e.search({'question': q, 'max_results': 40}).results]\n"
+        "                  for q in qs]))\n")
+    outs = set()
+    for seed in ("0", "1", "2"):
+        run = subprocess.run([sys.executable, "-c", script, str(store)], capture_output=True, text=True,
+                             env={**__import__("os").environ, "PYTHONHASHSEED": seed}, timeout=120)
+        assert run.returncode == 0, run.stderr
+        outs.add(run.stdout)
+    assert len(outs) == 1

@@ -32,6 +32,7 @@ import logging
 import re
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,23 @@ MAX_CYPHER_CHARS = 10_000
 #: exponentially, so a larger bound only buys a timeout.
 MAX_PATH_HOPS = 10
 DEFAULT_TIMEOUT_S = 10.0
+#: Rows a filter may return (its ids are an allowlist: more rows than the graph has nodes means
+#: duplicates); reading them is ours, outside the engine's timeout, so they are counted.
+MAX_FILTER_ROWS = 200_000
+#: Memory of the graph's buffer pool: an intermediate result that needs more fails the filter with
+#: an error instead of growing the daemon (a graph of 100,000 entities needs well under 128 MiB).
+BUFFER_POOL_BYTES = 256 * 1024 * 1024
+#: Functions that build a value of any size from a small input (``repeat('x', 10^9)``): the engine
+#: allocates it outside the buffer pool and checks no timeout meanwhile, so they are refused.
+AMPLIFYING_FUNCTIONS = frozenset({"REPEAT", "LPAD", "RPAD", "RANGE", "LIST_REDUCE", "ARRAY_REDUCE", "REDUCE"})
+#: Concatenations multiply what they are fed when chained through WITH (``WITH a + a AS a`` thirty
+#: times is 2**30 times the input). A clause with c of them (``+`` or these functions) grows a value
+#: at most c + 1 fold; the product over the filter's clauses may not exceed ``MAX_GROWTH``.
+CONCAT_FUNCTIONS = frozenset({
+    "CONCAT", "LIST_CONCAT", "LIST_CAT", "ARRAY_CONCAT", "ARRAY_CAT", "LIST_APPEND", "ARRAY_APPEND",
+    "ARRAY_PUSH_BACK", "LIST_PREPEND", "ARRAY_PREPEND", "ARRAY_PUSH_FRONT", "REGEXP_REPLACE",
+})
+MAX_GROWTH = 64
 
 # Clause and statement keywords that write, read files, load code or manage transactions.
 FORBIDDEN_KEYWORDS = frozenset({
@@ -184,7 +202,10 @@ def validate_cypher(text: str) -> str:
     if toks[0].kind != "ident" or toks[0].text.upper() != "MATCH":
         raise CypherFilterError(
             "cypher_filter must start with MATCH: only read-only graph queries are allowed.")
-    for tok in toks:
+    growth, concatenations = 1, 0
+    for i, tok in enumerate(toks):
+        if tok.kind == "ident" and tok.text.upper() in ("WITH", "RETURN"):
+            growth, concatenations = growth * (concatenations + 1), 0
         if tok.kind == "op" and tok.text == ";":
             raise CypherFilterError(
                 "cypher_filter must be a single statement; ';' is not allowed outside string literals.")
@@ -192,6 +213,18 @@ def validate_cypher(text: str) -> str:
             raise CypherFilterError(
                 f"cypher_filter must be read-only; the keyword {tok.text.upper()} is not allowed "
                 f"(offset {tok.start}).")
+        called = _name(tok).upper() if tok.kind in ("ident", "qident") and i + 1 < len(toks) \
+            and toks[i + 1].text == "(" else None
+        if called in AMPLIFYING_FUNCTIONS:
+            raise CypherFilterError(
+                f"cypher_filter may not call {called.lower()}(): it builds values of any size (offset {tok.start}).")
+        if called in CONCAT_FUNCTIONS or (tok.kind == "op" and tok.text == "+"):
+            concatenations += 1
+    growth *= concatenations + 1
+    if growth > MAX_GROWTH:
+        raise CypherFilterError(
+            f"cypher_filter chains concatenations ('+', concat(), list_concat(), ...) that can grow a value "
+            f"{growth}-fold; at most {MAX_GROWTH}-fold is allowed.")
     if not any(a.kind == "ident" and a.text.upper() == "AS" and b.kind in ("ident", "qident")
                and _name(b).lower() == "id" for a, b in zip(toks, toks[1:], strict=False)):
         raise CypherFilterError(
@@ -533,7 +566,7 @@ def _open_database(view: _View) -> tuple[Any, Any, Any, int]:
     except Exception as exc:  # noqa: BLE001
         raise GraphUnavailableError(f"LadybugDB (python package 'ladybug') is not available: {exc}") from exc
     try:
-        db = ladybug.Database(":memory:")
+        db = ladybug.Database(":memory:", buffer_pool_size=BUFFER_POOL_BYTES)
         writer = ladybug.Connection(db)
         reader = ladybug.Connection(db)
     except Exception as exc:  # noqa: BLE001
@@ -543,6 +576,10 @@ def _open_database(view: _View) -> tuple[Any, Any, Any, int]:
             writer.execute(stmt)
         rows = view.emit_all()
         _load(writer, rows)
+    except Exception as exc:
+        for obj in (reader, writer, db):
+            _close_quietly(obj)
+        raise GraphUnavailableError(f"LadybugDB could not load the graph: {exc}") from exc
     except BaseException:
         for obj in (reader, writer, db):
             _close_quietly(obj)
@@ -659,6 +696,7 @@ class GraphIndex:
         filter is refused, fails or runs longer than ``timeout_s``."""
         text = validate_cypher(cypher)
         timeout_ms = max(1, int(timeout_s * 1000))
+        deadline = time.monotonic() + timeout_s
         with self._lock:
             self._check_open()
             conn = self._reader
@@ -671,13 +709,17 @@ class GraphIndex:
                     raise CypherFilterError(
                         f"cypher_filter timed out after {timeout_s:g} s; narrow the pattern or "
                         f"shorten variable-length paths.") from None
+                if "buffer pool is full" in message.lower():
+                    raise CypherFilterError(
+                        f"cypher_filter needs more than the {BUFFER_POOL_BYTES >> 20} MiB the graph may use; "
+                        f"narrow the pattern or return fewer, smaller values.") from None
                 raise CypherFilterError(f"cypher_filter failed: {message}") from None
             if isinstance(result, list):  # cannot happen after validation; never trust it either
                 for r in result:
                     r.close()
                 raise CypherFilterError("cypher_filter must be a single statement.")
             try:
-                return _collect_ids(result)
+                return _collect_ids(result, deadline, timeout_s)
             finally:
                 result.close()
 
@@ -713,7 +755,9 @@ class GraphIndex:
         self.close()
 
 
-def _collect_ids(result: Any) -> frozenset[str]:
+def _collect_ids(result: Any, deadline: float, timeout_s: float) -> frozenset[str]:
+    """The ids of a result, read within ``MAX_FILTER_ROWS`` rows and the query's deadline (the
+    engine's timeout ends at execute(); reading the rows is ours)."""
     names: list[str] = result.get_column_names()
     lowered = [n.lower() for n in names]
     if "id" in names:
@@ -723,7 +767,17 @@ def _collect_ids(result: Any) -> frozenset[str]:
     else:
         raise CypherFilterError(f"cypher_filter must return a column named id; it returned {names!r}.")
     ids: set[str] = set()
+    rows = 0
     while result.has_next():
+        rows += 1
+        if rows > MAX_FILTER_ROWS:
+            raise CypherFilterError(
+                f"cypher_filter returned more than {MAX_FILTER_ROWS:,} rows; return each id once "
+                f"(RETURN DISTINCT n.id AS id) or narrow the pattern.")
+        if rows % 4096 == 0 and time.monotonic() > deadline:
+            raise CypherFilterError(
+                f"cypher_filter timed out after {timeout_s:g} s; narrow the pattern or shorten "
+                f"variable-length paths.")
         value = result.get_next()[idx]
         if value is None:
             continue

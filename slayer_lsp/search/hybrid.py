@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 CANDIDATES = 200  # per channel: deeper ranks carry too little evidence to reach the answer
 MEMORY_CANDIDATES = 100
+DENSE_PIECES = 300  # nearest memory pieces asked of the part vectors
 W_TEXT = 1.0
 W_DENSE = 1.5
 W_NAME = 0.5
@@ -62,8 +63,8 @@ JOIN_AFTER = 6  # join keys come right after this many leaves
 EVIDENCE_MEMORIES = 3
 EVIDENCE_MEMORY_RATIO = 0.5  # only memories within this share of the best memory's score lend evidence
 EVIDENCE_DATASOURCE_RATIO = 1.0  # ... and only to datasources within this share of the best one
-MEMORY_FULL_ROUTING = 2.0  # a memory this strong (e.g. first in two channels) is routed like an entity
-MEMORY_SCALE = 61.0  # the memory ranking's fused RRF score (k = 60) -> about 1 per channel at rank 1
+W_TOKEN = 2.0  # a memory holding an exact token of the question (a code, an id) — as a canonical id written
+W_KEYWORD = 1.0  # ... or the ``keyword`` parameter
 
 
 @dataclass
@@ -74,8 +75,10 @@ class _Scores:
 
 
 def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchHit]:
-    from slayer_lsp.search.service import _hit, _memory_hit, _named_ranking
+    from slayer_lsp.search.service import _named_ranking
 
+    if req.params.facet is not None:
+        return _facet_ranking(catalog, indexes, req)
     named, named_warnings = _named_ranking(catalog, req.inputs, req.datasource, req.candidate_ids)
     req.warnings.extend(named_warnings)
     allowed = _Allowed(catalog, indexes, req)
@@ -83,8 +86,9 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     dense_memories: list[tuple[str, float]] = []
     if req.has_question:
         dense_memories = _question_evidence(catalog, indexes, req, allowed, sc)
-    matches = _memories(catalog, indexes, req, allowed, dense_memories)
-    mem_own = {m.memory_id: MEMORY_SCALE * m.score for m in matches}
+    pieces = _dense_pieces(indexes, req, allowed) if req.has_question and allowed.memories_on else []
+    matches = _memories(catalog, indexes, req, allowed, dense_memories, pieces)
+    mem_own = _memory_own(catalog, indexes, req, matches, dense_memories, pieces)
     _route(sc)
     if _memory_evidence(catalog, mem_own, sc, allowed):
         _route(sc)
@@ -97,8 +101,7 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
         final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(parts[0], 0.0)
     previous = None
     for m in matches:  # routed like their tags, but never out of the memory ranking's own order
-        own = mem_own[m.memory_id]  # a weak match is routed weakly: it must not ride on its tags alone
-        score = own + min(1.0, own / MEMORY_FULL_ROUTING) * _memory_routing(catalog, m.memory_id, sc)
+        score = mem_own[m.memory_id] + _memory_routing(catalog, m.memory_id, sc)
         previous = score if previous is None else min(score, previous - 1e-6)
         final[m.canonical] = previous
     via = {m.canonical: m.via for m in matches if m.via}
@@ -108,15 +111,25 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     for i, cid in enumerate(reversed(named)):  # named entities lead, in the order given
         final[cid] = top + 1.0 + i
 
+    return _hits(catalog, indexes, req, ((c, final[c]) for c in _best_first(final, req.max_results)), via)
+
+
+def _hits(catalog: Catalog, indexes: SearchIndexes, req: Request, scored: Iterable[tuple[str, float]],
+          via: dict[str, str]) -> list[SearchHit]:
+    """Hits for (id, score) pairs best first, up to ``max_results``; what may not come back (kind,
+    cypher filter, scope) is skipped."""
+    from slayer_lsp.search.service import _hit, _memory_hit
+
     results: list[SearchHit] = []
-    for cid in _best_first(final, req.max_results):
+    for cid, score in scored:
         if is_memory_ref(cid):
-            mem = catalog.memory(memory_id_of(cid)) if allowed.memories_on else None
-            hit = _memory_hit(mem, final[cid], req.inputs, req.valid, req.params.compact) if mem else None
+            mid = memory_id_of(cid)
+            mem = catalog.memory(mid) if req.memory_allowed() and mid in req.scoped_ids else None
+            hit = _memory_hit(mem, score, req.inputs, req.valid, req.params.compact) if mem else None
             if hit is not None and cid in via:
                 hit.via = via[cid]
         else:
-            hit = _hit(catalog, indexes, cid, final[cid], req.inputs, req.valid, req.candidate_ids,
+            hit = _hit(catalog, indexes, cid, score, req.inputs, req.valid, req.candidate_ids,
                        req.kind_filter, req.params.compact)
         if hit is not None:
             hit.score = round(hit.score, 6)
@@ -126,8 +139,24 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     return results
 
 
+def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchHit]:
+    """``facet``: the question ranks one facet of the entities that declare it, nothing else
+    (``search/facets.py``; the whole surface of several facets at once is ``slayer/searchFacets``)."""
+    from slayer_lsp.search.facets import rank_by_facet
+    from slayer_lsp.search.types import SearchError
+
+    if not req.has_question:
+        raise SearchError("facet needs a question to rank by.")
+    kinds = sorted(req.kind_filter) if req.kind_filter is not None else None
+    ranking = rank_by_facet(catalog, indexes, req.params.facet, req.question or "", kinds=kinds,
+                            allow=req.candidate_ids, datasource=req.datasource,
+                            depth=max(req.max_results, 50))
+    req.warnings.extend(ranking.warnings)
+    return _hits(catalog, indexes, req, ranking.ranked, {})
+
+
 def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed,
-              dense: list[tuple[str, float]]) -> list[Any]:
+              dense: list[tuple[str, float]], pieces: list[tuple[str, int, float]]) -> list[Any]:
     """The memory side (``search/memories.py``): pieces, exact tokens, keyword, tags, links,
     recency — one match per memory, best first."""
     if not allowed.memories_on or not allowed.memory_ids:
@@ -138,10 +167,66 @@ def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _
     return rank_memories(
         catalog, indexes.pieces_for(catalog), question=req.question if req.has_question else None,
         named=req.inputs, allowed=None if req.datasource is None and req.candidate_ids is None else allowed.memory_ids,
-        dense=[(memory_id_of(c), 0, cos) for c, cos in dense] if dense else None,
+        # the nearest pieces, and the whole memories' vectors (for what is not cut into vectors yet)
+        dense=[*pieces, *((memory_id_of(c), -1, cos) for c, cos in dense)] or None,
         keyword=req.params.keyword, related=min(req.params.related, MAX_RELATED_HOPS),
         tag_corpus=corpus, depth=max(MEMORY_CANDIDATES, 2 * req.max_results), now=_today(),
         channel_depth=MEMORY_CANDIDATES)
+
+
+def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches: list[Any],
+                dense: list[tuple[str, float]], pieces: list[tuple[str, int, float]]) -> dict[str, float]:
+    """Each matched memory's own evidence in the entities' units, so that memories and entities
+    interleave on one scale: its best piece's BM25 over the question's best, the cosine of its
+    nearest piece (or whole vector), an exact token or the keyword it holds, its tags naming the
+    inputs. (The memory ranking's own order — named records first, links, recency — is kept.)"""
+    if not matches:
+        return {}
+    text: dict[str, float] = {}
+    if req.has_question:
+        wanted = frozenset(m.memory_id for m in matches)
+        hits = indexes.pieces_for(catalog).rank(req.question, allow=wanted, depth=len(wanted))
+        best = max((h.score for h in hits), default=0.0) or 1.0
+        text = {h.memory_id: h.score / best for h in hits}
+    cosine: dict[str, float] = {}
+    for c, cos in dense:
+        mid = memory_id_of(c)
+        cosine[mid] = max(cosine.get(mid, 0.0), cos)
+    for mid, _, cos in pieces:
+        cosine[mid] = max(cosine.get(mid, 0.0), cos)
+    own: dict[str, float] = {}
+    for m in matches:
+        score = W_TEXT * text.get(m.memory_id, 0.0) + W_DENSE * max(cosine.get(m.memory_id, 0.0), 0.0)
+        if "exact" in m.channels:
+            score += W_TOKEN
+        if "keyword" in m.channels:
+            score += W_KEYWORD
+        if "tags" in m.channels:
+            score += W_TAGS
+        own[m.memory_id] = score
+    return own
+
+
+def _dense_pieces(indexes: SearchIndexes, req: Request, allowed: _Allowed) -> list[tuple[str, int, float]]:
+    """(memory id, piece number, cosine) of the memory pieces nearest the question, from the part
+    vectors (``embed/parts.py``); empty while they are not embedded."""
+    worker = indexes.dense
+    parts = getattr(worker, "parts", None) if worker is not None else None
+    if parts is None or not len(parts.index):
+        return []
+    from slayer_lsp.embed.parts import PIECE_KIND, owner_of, part_of
+
+    try:
+        vec = worker.embed_query(req.question or "")
+    except Exception:  # noqa: BLE001 - the dense channel already warned about its provider
+        return []
+    hits = parts.index.top_k(vec, DENSE_PIECES, kinds=[PIECE_KIND], model=worker.provider.name)
+    out = []
+    for pid, cos in hits.by_kind.get(PIECE_KIND, ()):
+        mid = memory_id_of(owner_of(pid))
+        if allowed.memory(mid) and part_of(pid)[1:].isdigit():
+            out.append((mid, int(part_of(pid)[1:]), cos))
+    return out
 
 
 def _today() -> datetime:
@@ -225,7 +310,7 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
         if allowed.entity(cid):
             is_model = cid.count(".") == 1
             sc.own[cid] += (W_TABLE_NAME / model_best if is_model else W_NAME / leaf_best) * s
-    for cid in lexicon.value_matches(question):
+    for cid in sorted(lexicon.value_matches(question)):
         if allowed.entity(cid):
             sc.own[cid] += W_VALUE
     shapes = values.question_shapes(question)
@@ -246,7 +331,7 @@ def _memory_evidence(catalog: Catalog, mem_own: dict[str, float], sc: _Scores, a
     routed = {ds for ds, s in sc.datasource.items() if s >= EVIDENCE_DATASOURCE_RATIO * best_ds}
     best = max(mem_own.values())
     lent = False
-    for mid, score in sorted(mem_own.items(), key=lambda kv: -kv[1])[:EVIDENCE_MEMORIES]:
+    for mid, score in sorted(mem_own.items(), key=lambda kv: (-kv[1], kv[0]))[:EVIDENCE_MEMORIES]:
         mem = catalog.memory(mid)
         if mem is None or score < EVIDENCE_MEMORY_RATIO * best:
             continue
@@ -263,7 +348,7 @@ def _route(sc: _Scores) -> None:
     for cid, own in sc.own.items():
         if cid.count(".") >= 2:
             leaves[cid.rsplit(".", 1)[0]].append(own)
-    for table in set(leaves) | {c for c in sc.own if c.count(".") == 1}:
+    for table in sorted(set(leaves) | {c for c in sc.own if c.count(".") == 1}):
         best = sorted(leaves.get(table, ()), reverse=True)[:TABLE_LEAVES]
         mean = sum(best) / TABLE_LEAVES if best else 0.0
         sc.table[table] = mean + 0.5 * sc.own.get(table, 0.0)
@@ -291,11 +376,11 @@ def _memory_routing(catalog: Catalog, mid: str, sc: _Scores) -> float:
 def _complete_joins(catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final: dict[str, float],
                     allowed: _Allowed) -> None:
     leaves = heapq.nlargest(JOIN_AFTER, (c for c in final if c.count(".") >= 2 and not is_memory_ref(c)
-                                         and catalog.kind_of(c) in LEAF_KINDS), key=final.__getitem__)
+                                         and catalog.kind_of(c) in LEAF_KINDS), key=lambda c: (final[c], c))
     if not leaves:
         return
     best_ds = leaves[0].split(".", 1)[0]
-    tables = sorted((t for t in sc.table if t.startswith(best_ds + ".")), key=lambda t: -sc.table[t])
+    tables = sorted((t for t in sc.table if t.startswith(best_ds + ".")), key=lambda t: (-sc.table[t], t))
     if not tables:
         return
     chosen = [t for t in tables[:JOIN_TABLES] if sc.table[t] >= JOIN_TABLE_RATIO * sc.table[tables[0]]]

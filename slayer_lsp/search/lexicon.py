@@ -96,7 +96,7 @@ class Lexicon:
         n = max(len(self.stems), 1)
         scores: dict[str, float] = defaultdict(float)
         with self._lock:
-            for stem in set(question_stems):
+            for stem in sorted(set(question_stems)):  # sorted: float sums never depend on the hash seed
                 ids = self.postings.get(stem)
                 if not ids or len(ids) > MAX_POSTINGS:
                     continue
@@ -109,7 +109,7 @@ class Lexicon:
             damped = {cid: s / (1 + 0.1 * len(stems[cid])) for cid, s in scores.items()}
         if len(damped) <= limit:
             return damped
-        return dict(heapq.nlargest(limit, damped.items(), key=lambda kv: kv[1]))
+        return dict(heapq.nlargest(limit, damped.items(), key=lambda kv: (kv[1], kv[0])))
 
     def value_matches(self, question: str, allow=None) -> set[str]:  # noqa: ANN001
         """Columns one of whose sampled values the question names."""

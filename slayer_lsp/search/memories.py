@@ -230,7 +230,7 @@ def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | 
                 best[mid] = (cos, int(no))
         ordered = sorted(best.items(), key=lambda kv: -kv[1][0])
         channels.append(_Channel("dense", _shared_ranks([(m, c) for m, (c, _) in ordered], TIE_TOLERANCE),
-                                 {m: n for m, (_, n) in ordered}))
+                                 {m: n for m, (_, n) in ordered if n >= 0}))  # n < 0: a whole-memory vector
     if keyword and keyword.strip():
         term = keyword.strip()  # a keyword shaped like an id also matches tags, as an extracted one does
         channels.append(_token_channel("keyword", index, [ExactToken(term, shape_of(term) or "keyword")], allow,

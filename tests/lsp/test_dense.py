@@ -38,9 +38,9 @@ def _plain(value):
     return value
 
 
-async def search(client, question: str) -> dict:
+async def search(client, question: str, **params) -> dict:
     return _plain(await client.protocol.send_request_async("slayer/search", {"question": question,
-                                                                             "max_results": 5}))
+                                                                             "max_results": 5, **params}))
 
 
 def embedded(s: dict) -> bool:
@@ -62,7 +62,9 @@ async def test_meaning_is_found_once_the_worker_has_embedded(client):
     assert s["options"]["embedding"] == {"enable": True, "model": None, "switchModel": False}
     got = await search(client, QUESTION)
     ids = [h["id"] for h in got["results"]]
-    assert got["warnings"] == [] and "jaffle.orders.total_revenue" in ids and "kb.revenue" in ids
+    assert got["warnings"] == [] and "jaffle.orders.total_revenue" in ids
+    memories = [h["id"] for h in (await search(client, QUESTION, kinds=["memory"], limit=3))["results"]]
+    assert "kb.revenue" in memories
 
 
 async def test_switching_the_channel_off_and_on(client):
@@ -79,4 +81,4 @@ async def test_switching_the_channel_off_and_on(client):
     s = await eventually(lambda: status(client), lambda s: s.get("ready") and embedded(s),
                          "the engine with embeddings again", timeout=EMBED_WAIT_S)
     assert s["embedding"]["embedded"] == 0  # the rows were loaded from the store, nothing embedded again
-    assert "kb.revenue" in [h["id"] for h in (await search(client, QUESTION))["results"]]
+    assert "kb.revenue" in [h["id"] for h in (await search(client, QUESTION, kinds=["memory"], limit=3))["results"]]
