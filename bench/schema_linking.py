@@ -2,7 +2,7 @@
 
     python bench/schema_linking.py [--storage STORE | --make-store] [--questions FILE]
                                    [--scope db|all|both] [--limit N] [--max-results N] [--evidence]
-                                   [--with-slayer] [--slayer-venv PATH] [--json OUT]
+                                   [--with-slayer] [--slayer-venv PATH] [--json OUT] [--with-memories]
 
 The store is a SLayer YAML directory made by ``shared/tools/catalog_to_slayer.py`` from the
 benchmark catalog (``shared/bench/catalog-dev-public.json``); without ``--storage`` it is made once
@@ -23,12 +23,34 @@ Metrics as ``shared/reference/retrieval-notes.md`` defines them, per question th
 Also counted: questions with no result at all. ``--with-slayer`` runs motley-slayer's
 ``SearchService`` on the same store, in its own venv and one process for all questions, and prints
 its figures beside ours (no API key there, so only its tantivy channel runs, as for ours).
+
+``--with-memories`` measures memories as evidence. The questions' BIRD ``evidence`` strings become
+memories (empty ones skipped, identical strings of one database kept once), each tagged with the
+gold columns of the questions it came from, written with ``slayer_lsp.store.writer.save_memory``
+into copies of the store. A question must never find its own evidence, so the questions are split
+into ``MEMORY_FOLDS`` folds by position and the questions of fold f are searched on a copy holding
+the evidence of the other folds only (every database's; a memory whose tags map to no column is
+skipped). Printed per scope and ranking, over the questions with gold columns:
+
+* memory Hit@5 / R@5 from a memory-only search (``kinds: ["memory"]``, 5 results), over the
+  questions for which the fold holds at least one relevant memory. A memory is *relevant* when
+  its tags share a gold column with the question; R@5 = relevant memories in the top 5 divided by
+  min(5, relevant memories available);
+* column R@5 / R@10 on the store without memories and on the fold copies (whatever the ranking
+  does with matching memories, e.g. the hybrid ranking's memory evidence);
+* column R@5 +tags: recall of the top-5 column hits together with the tags of the top-5 memories
+  (a set of 5 columns plus ``added`` more on average), i.e. what an agent reading the memories'
+  tags would add;
+* two reference rows for the memory side alone: ``rank_memories`` (``search/memories.py`` called
+  directly: pieces, exact tokens, recency) and ``chance`` (the expected figures of 5 memories
+  drawn at random from the scope).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -272,6 +294,192 @@ def _bench_env() -> dict[str, str]:
     return {"BENCH_DB_DIR": os.environ.get("BENCH_DB_DIR") or str(env.work_dir() / "schema-linking" / "db")}
 
 
+# --------------------------------------------------------------------------- memories as evidence
+
+MEMORY_FOLDS = 4
+
+
+@dataclass
+class EvidenceStore:
+    path: Path
+    tags: dict[str, set[str]]  # memory id -> gold columns (canonical) it is tagged with
+
+    def scoped(self, datasource: str | None) -> list[str]:
+        """The memories a datasource-scoped search may return (a tag rooted at it)."""
+        if datasource is None:
+            return list(self.tags)
+        return [m for m, t in self.tags.items() if any(c.split(".", 1)[0] == datasource for c in t)]
+
+
+def _piece_ranking(folds: list[EvidenceStore], questions: list[Question], gold: GoldMap,
+                   scope: str) -> list[list[str]]:
+    """Top-5 memory ids per question from ``search.memories.rank_memories`` (pieces, exact
+    tokens, recency) on the question's fold store, scoped like the engine's search."""
+    from slayer_lsp.catalog import load_catalog
+    from slayer_lsp.search.memories import rank_memories
+    from slayer_lsp.search.pieces import MemoryPieceIndex
+
+    out: list[list[str]] = [[] for _ in questions]
+    for f, fs in enumerate(folds):
+        cat = load_catalog(fs.path)
+        index = MemoryPieceIndex.build(cat)
+        for i in range(f, len(questions), MEMORY_FOLDS):
+            q = questions[i]
+            allowed = fs.scoped(gold.datasource.get(q.db, q.db) if scope == "db" else None)
+            out[i] = [m.memory_id for m in rank_memories(cat, index, question=q.text, allowed=allowed, depth=5)]
+    return out
+
+
+def _evidence(path: Path, gold: GoldMap, limit: int | None) -> list[tuple[int, str, str, list[str]]]:
+    """(position, db, evidence, mapped gold columns) of each question with evidence; positions
+    count the questions as ``load_questions`` reads them."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for pos, line in enumerate(ln for ln in fh if ln.strip()):
+            if limit and pos >= limit:
+                break
+            q = json.loads(line)
+            text = " ".join(str(q.get("evidence") or "").split())
+            cols = [c for g in q.get("gold_columns") or [] if (c := gold.column(q["db_id"], g))]
+            if text and cols:
+                out.append((pos, q["db_id"], text, cols))
+    return out
+
+
+def build_evidence_store(base: Path, dest: Path, items: list[tuple[int, str, str, list[str]]]) -> EvidenceStore:
+    """A copy of ``base`` holding one memory per distinct (database, evidence) string of ``items``."""
+    from slayer_lsp.catalog import load_catalog
+    from slayer_lsp.store.locate import locate
+    from slayer_lsp.store.writer import save_memory
+
+    env.copy_store(base, dest)
+    (dest / "memories").mkdir(exist_ok=True)
+    merged: dict[tuple[str, str], set[str]] = {}
+    for _, db, text, cols in items:
+        merged.setdefault((db, text), set()).update(cols)
+    location, catalog = locate(dest), load_catalog(dest)
+    tags: dict[str, set[str]] = {}
+    for (_, text), cols in merged.items():
+        saved = save_memory(location, catalog, learning=text, entities=sorted(cols))
+        tags[saved.id] = set(saved.entities)
+    return EvidenceStore(dest, tags)
+
+
+def memory_report(args: argparse.Namespace, store: Path, gold: GoldMap, questions: list[Question],
+                  scopes: tuple[str, ...], rankings: tuple[str, ...]) -> list[dict[str, Any]]:
+    items = _evidence(args.questions, gold, args.limit)
+    folds: list[EvidenceStore] = []
+    t0 = time.perf_counter()
+    for f in range(MEMORY_FOLDS):
+        others = [it for it in items if it[0] % MEMORY_FOLDS != f]
+        dest = env.work_dir() / "schema-linking" / f"store-memories-fold{f}"
+        folds.append(build_evidence_store(store, dest, others))
+    print(f"[schema-linking] {len(items)} evidence strings -> {MEMORY_FOLDS} fold stores of "
+          f"{', '.join(str(len(fs.tags)) for fs in folds)} memories in {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr)
+    headers = ["scope", "subset", "ranking", "n (col/mem)", "mem Hit@5", "mem R@5", "col R@5 no mem",
+               "col R@5 mem", "col R@10 no mem", "col R@10 mem", "col R@5 +tags", "added"]
+    rows, figures = [], []
+    for s in scopes:
+        for ranking in rankings:
+            base_calls = [{"question": q.text, "datasource": gold.datasource.get(q.db, q.db) if s == "db" else None,
+                           "max_results": args.max_results, "ranking": ranking} for q in questions]
+            plain = run_ours(store, base_calls)
+            with_mem: list[list[tuple[str, str]]] = [[] for _ in questions]
+            mem_hits: list[list[str]] = [[] for _ in questions]
+            for f, fs in enumerate(folds):
+                idx = [i for i in range(len(questions)) if i % MEMORY_FOLDS == f]
+                run = run_ours(fs.path, [base_calls[i] for i in idx])
+                mems = run_ours(fs.path, [{**base_calls[i], "max_results": 5, "kinds": ["memory"]} for i in idx])
+                for j, i in enumerate(idx):
+                    with_mem[i] = run.hits[j]
+                    mem_hits[i] = [h for k, h in mems.hits[j] if k == "memory"][:5]
+            for name, idx in subsets(questions):
+                sel = [i for i in idx if questions[i].gold_columns]
+                hit5, r5, plus, added = [], [], [], []
+                for i in sel:
+                    q, fs = questions[i], folds[i % MEMORY_FOLDS]
+                    want = set(q.gold_columns)
+                    relevant = {m for m, t in fs.tags.items() if t & want}
+                    top = mem_hits[i]
+                    if relevant:
+                        got = sum(m in relevant for m in top)
+                        hit5.append(float(got > 0))
+                        r5.append(got / min(5, len(relevant)))
+                    cols = list(dict.fromkeys(h for k, h in with_mem[i] if k == "column"))[:5]
+                    extra = {t for m in top for t in fs.tags.get(m, ())} - set(cols)
+                    added.append(len(extra))
+                    plus.append(sum(g in set(cols) | extra for g in q.gold_columns) / len(q.gold_columns))
+                sc_plain = score([questions[i] for i in sel], [plain.hits[i] for i in sel])
+                sc_mem = score([questions[i] for i in sel], [with_mem[i] for i in sel])
+
+                def avg(xs: list[float]) -> float | None:
+                    return sum(xs) / len(xs) if xs else None
+                row = {"scope": s, "subset": name, "ranking": ranking, "n_col": len(sel), "n_mem": len(r5),
+                       "mem_hit5": avg(hit5), "mem_r5": avg(r5),
+                       "col_r5_plain": sc_plain["col"]["R@5"], "col_r5_mem": sc_mem["col"]["R@5"],
+                       "col_r10_plain": sc_plain["col"]["R@10"], "col_r10_mem": sc_mem["col"]["R@10"],
+                       "col_r5_tags": avg(plus), "added": avg(added)}
+                figures.append(row)
+                rows.append([s, name, ranking, f"{len(sel)}/{len(r5)}", _f(row["mem_hit5"]), _f(row["mem_r5"]),
+                             _f(row["col_r5_plain"]), _f(row["col_r5_mem"]), _f(row["col_r10_plain"]),
+                             _f(row["col_r10_mem"]), _f(row["col_r5_tags"]),
+                             "-" if row["added"] is None else f"{row['added']:.1f}"])
+        for name, idx in subsets(questions):  # the memory side alone: pieces, and chance
+            sel = [i for i in idx if questions[i].gold_columns]
+            for label, ranked in (("rank_memories", _piece_ranking(folds, questions, gold, s)),
+                                  ("chance", None)):
+                hit5, r5 = [], []
+                for i in sel:
+                    q, fs = questions[i], folds[i % MEMORY_FOLDS]
+                    relevant = {m for m, t in fs.tags.items() if t & set(q.gold_columns)}
+                    if not relevant:
+                        continue
+                    if ranked is None:  # expected figures of 5 memories drawn at random from the scope
+                        pool = len(fs.scoped(gold.datasource.get(q.db, q.db) if s == "db" else None))
+                        k = min(5, pool)
+                        miss = math.comb(pool - len(relevant), k) / math.comb(pool, k) if pool else 1.0
+                        hit5.append(1.0 - miss)
+                        r5.append(k * len(relevant) / pool / min(5, len(relevant)) if pool else 0.0)
+                    else:
+                        got = sum(m in relevant for m in ranked[i][:5])
+                        hit5.append(float(got > 0))
+                        r5.append(got / min(5, len(relevant)))
+                if not r5:  # no question of the subset has a relevant memory (spider: no evidence)
+                    continue
+                avg5, avgr = sum(hit5) / len(hit5), sum(r5) / len(r5)
+                figures.append({"scope": s, "subset": name, "ranking": label, "n_mem": len(r5),
+                                "mem_hit5": avg5, "mem_r5": avgr})
+                rows.append([s, name, label, f"{len(sel)}/{len(r5)}", _f(avg5), _f(avgr),
+                             *(["-"] * (len(headers) - 6))])
+    env.print_table(headers, rows, title=f"## memories as evidence: other questions' evidence in "
+                                         f"{MEMORY_FOLDS} folds, max_results={args.max_results}")
+    return figures
+
+
+# --------------------------------------------------------------------------- ablation
+
+# Each step of the hybrid ranking, as the module constants that switch it off.
+ABLATIONS = {
+    "names": {"W_NAME": 0.0, "W_TABLE_NAME": 0.0},
+    "values": {"W_VALUE": 0.0},
+    "shapes": {"W_SHAPE": 0.0},
+    "routing": {"W_TABLE": 0.0, "W_DATASOURCE": 0.0},
+    "joins": {"JOIN_TABLES": 0},
+    "memory-evidence": {"W_MEMORY_EVIDENCE": 0.0},
+}
+
+
+def ablate(parts: str) -> None:
+    from slayer_lsp.search import hybrid
+
+    for part in filter(None, (p.strip() for p in parts.split(","))):
+        if part not in ABLATIONS:
+            raise SystemExit(f"--ablate: unknown part {part!r}; known: {', '.join(ABLATIONS)}")
+        for name, value in ABLATIONS[part].items():
+            setattr(hybrid, name, value)
+
+
 # --------------------------------------------------------------------------- output
 
 
@@ -302,13 +510,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--with-slayer", action="store_true", help="also run motley-slayer on the same store")
     ap.add_argument("--dense", action="store_true",
                     help="add channel 3 (the offline embedding model; embeds the store's missing vectors first)")
+    ap.add_argument("--ablate", default="", metavar="PARTS",
+                    help="comma-separated parts of the hybrid ranking to switch off (measure each step): "
+                         + ", ".join(ABLATIONS))
     ap.add_argument("--ranking", choices=("hybrid", "slayer", "both"), default="hybrid",
                     help="our ranking: hybrid (the default) or slayer (SLayer's RRF pipeline), or both")
     ap.add_argument("--json", type=Path, default=None, help="write figures and per-question ranks here")
+    ap.add_argument("--with-memories", action="store_true",
+                    help="also measure memories made from other questions' evidence (see the module doc)")
     env.add_venv_option(ap)
     args = ap.parse_args(argv)
 
     os.environ.update(_bench_env())
+    ablate(args.ablate)
     store = args.storage or default_store()
     if args.make_store or (args.storage is None and not (store / "datasources").is_dir()):
         make_store(args.catalog, store)
@@ -369,11 +583,13 @@ def main(argv: list[str] | None = None) -> int:
         errs = [e for e in run.errors if e]
         if errs:
             print(f"[schema-linking] {engine_name} scope {s}: {len(errs)} errors, e.g. {errs[0]}", file=sys.stderr)
+    memory_figures = memory_report(args, store, gold, questions, scopes, rankings) if args.with_memories else []
     if args.json:
         per_q = {f"{s}/{e}": [{"id": q.qid, "hits": [i for k, i in r if k == "column"][:10], "error": err}
                               for q, r, err in zip(questions, run.hits, run.errors, strict=True)]
                  for (s, e), run in runs.items()}
-        args.json.write_text(json.dumps({"figures": figures, "questions": per_q}, indent=2))
+        args.json.write_text(json.dumps({"figures": figures, "memory_figures": memory_figures,
+                                         "questions": per_q}, indent=2))
     return 0
 
 

@@ -20,6 +20,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 def types() -> dict[str, tuple[str, type]]:
     """File stem -> (title, msgspec type), for each method's params and result."""
     from slayer_lsp import protocol_types as p
+    from slayer_lsp.search.facets import SearchFacetsParams, SearchFacetsResponse
     from slayer_lsp.search.types import SearchParams, SearchResponse
 
     return {
@@ -33,6 +34,8 @@ def types() -> dict[str, tuple[str, type]]:
         "slayer-saveMemory.result": ("slayer/saveMemory result", p.SaveMemoryResult),
         "slayer-forgetMemory.params": ("slayer/forgetMemory params", p.ForgetMemoryParams),
         "slayer-forgetMemory.result": ("slayer/forgetMemory result", p.ForgetMemoryResult),
+        "slayer-searchFacets.params": ("slayer/searchFacets params", SearchFacetsParams),
+        "slayer-searchFacets.result": ("slayer/searchFacets result", SearchFacetsResponse),
     }
 
 

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from slayer_lsp.catalog import Catalog, Delta
+from slayer_lsp.catalog.scope import Reach, Scope
 from slayer_lsp.store.locate import StoreLocation, locate
 from slayer_lsp.store.reader import StoreReader
 
@@ -26,8 +27,9 @@ log = logging.getLogger(__name__)
 class State:
     """A consistent pair: a catalog snapshot and the search indexes built for exactly that snapshot."""
 
-    catalog: Catalog
+    catalog: Catalog  # what the session may reach (the whole store unless the engine has a scope)
     search: object  # slayer_lsp.search.service.SearchIndexes, typed loosely to keep imports lazy
+    full: Catalog | None = None  # the whole store under a scope (None: the same as ``catalog``)
 
 
 @dataclass
@@ -37,6 +39,7 @@ class RefreshStats:
     last_delta_size: int = 0
     refreshes: int = 0
     last_error: str | None = None
+    unreadable_since: float | None = None  # time.time() when the store became unreadable (None: readable)
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -44,10 +47,15 @@ class Engine:
     def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None, *,
                  graph: bool = True, compact_after_s: float | None = None, use_cache: bool = True,
                  dense: str = "off", embedding_model: str | None = None, switch_model: bool = False,
-                 embedding_provider: object = None):
+                 embedding_provider: object = None, parts: bool = True, scope: Scope | None = None):
         """``dense``: "off"; "stored" (rank the vectors already in the store's embeddings table, embed
         nothing but questions: the one-shot CLI); "live" (also embed what is missing or changes, in a
-        background worker: the daemon)."""
+        background worker: the daemon). ``parts``: with the dense channel, also keep the part vectors
+        (facets, ``embed.parts``) in a second worker, ranked by ``search.facets``. ``scope``: what the
+        session may reach (``catalog.scope``); every index and analysis then sees only the reachable
+        catalog, and the vectors of anything else are never ranked."""
+        self.scope = scope or Scope()
+        self._reach = None if self.scope.unrestricted else Reach(self.scope)
         self.location = storage if isinstance(storage, StoreLocation) else locate(storage)
         self._reader = StoreReader(self.location, use_cache=use_cache)
         self._use_cache = use_cache
@@ -57,11 +65,15 @@ class Engine:
         self._embedding_model = embedding_model
         self._embedding_provider = embedding_provider  # tests inject a fake; else the configured model
         self._switch_model = switch_model
+        self._parts = parts
         self.dense = None  # the EmbeddingWorker of channel 3, when on
+        self._dense_proxy: _InStore | None = None  # how the indexes see it under a scope
+        self._reach_s = 0.0  # the last refresh's time deriving the reachable catalog
         self._lock = threading.RLock()
         self._graph_enabled = graph
         self.stats = RefreshStats()
         self._state: State | None = None
+        self._built = False  # indexes (with cache and dense channel) were built from a readable store
         self._compact_after_s = compact_after_s  # None: only on explicit compact() calls
         self._compact_timer: threading.Timer | None = None
 
@@ -90,27 +102,68 @@ class Engine:
 
         with self._lock:
             t0 = time.perf_counter()
-            read = self._reader.read(changed_paths if self._state is not None else None)
+            # a store unreadable since the start has nothing indexed yet: its first good read builds
+            first = self._state is None or not self._built
+            read = self._reader.read(None if first else changed_paths)
             t1 = time.perf_counter()
-            if self._state is None:
-                catalog = Catalog.from_read(read)
+            was = self._state.catalog.fatal if self._state is not None else None
+            if read.fatal is not None and read.fatal == was:
+                return Delta()  # still unreadable, for the same reason: nothing new to serve or to report
+            if first:
+                full = Catalog.from_read(read)
+                catalog = self._reachable(full, None)[0]
                 cache = None
                 if self._use_cache and read.fatal is None:
                     from slayer_lsp.cache import StoreCache
 
                     cache = StoreCache.for_location(self.location)
-                indexes = SearchIndexes.build(catalog, graph=self._graph_enabled, cache=cache)
+                    if cache is not None and self._reach is not None:  # a scope's index holds less: its own
+                        cache = StoreCache(self.location, cache.root / f"scope-{self.scope.key()}")
+                try:
+                    indexes = SearchIndexes.build(catalog, graph=self._graph_enabled, cache=cache)
+                except (ValueError, OSError) as exc:  # the cached index cannot be brought up to date (disk full)
+                    if cache is None:
+                        raise
+                    log.warning("cannot use the on-disk index cache (%s); indexing in memory", exc)
+                    indexes = SearchIndexes.build(catalog, graph=self._graph_enabled)
+                if self._compact_after_s is None and indexes.needs_compaction:
+                    # the cached index caught up by replacing documents whose old versions still weigh
+                    # in BM25 (and pile up run after run): a one-shot engine rebuilds now, so that it
+                    # answers exactly as a cold start; a long-lived one compacts in the background
+                    indexes = indexes.rebuilt(catalog)
                 indexes.ram_live = self._compact_after_s is not None  # long-lived: edits commit in RAM
                 indexes.dense = self.dense = self._start_dense(catalog) if read.fatal is None else None
+                indexes.dense = self._dense_view(full)
+                self._restrict_dense(catalog)
                 if read.fatal is None:
                     self._reader.save_cache()
+                    self._built = True
                 delta = Delta(added=frozenset(catalog.entities))
             else:
-                catalog, delta = self._state.catalog.derive(read)
-                if catalog is self._state.catalog:
+                prev_full = self._state.full or self._state.catalog
+                full, delta = prev_full.derive(read)
+                if full is prev_full:
                     return delta
-                indexes = self._state.search.apply(catalog, delta)  # type: ignore[attr-defined]
-            self._state = State(catalog, indexes)
+                catalog, delta = self._reachable(full, delta)
+                if self._state.search.dense is not None:  # type: ignore[attr-defined]
+                    self._dense_view(full)
+                if delta.added or delta.removed:
+                    self._restrict_dense(catalog)
+                try:
+                    indexes = self._state.search.apply(catalog, delta)  # type: ignore[attr-defined]
+                except (ValueError, OSError) as exc:  # an on-disk index could not commit (disk full, ...)
+                    log.warning("cannot update the on-disk full-text index (%s); rebuilding it in memory", exc)
+                    indexes = SearchIndexes.build(catalog, graph=self._graph_enabled)
+                    indexes.ram_live, indexes.dense = self._compact_after_s is not None, self._dense_view(full)
+                if self.dense is not None and self.dense.parts is not None:
+                    from slayer_lsp.embed.parts import feed_parts
+
+                    feed_parts(_InStore.wrap(self.dense.parts, full, self._reach), catalog, delta)
+            first = self._state is None
+            self._state = State(catalog, indexes, full if self._reach is not None else None)
+            if first:  # the hybrid ranking's indexes are built off the request path (a search that
+                # comes first waits for them rather than building them twice)
+                threading.Thread(target=self._warm, name="slayer-warm", daemon=True).start()
             t2 = time.perf_counter()
             self.stats.generation = catalog.generation
             self.stats.refreshes += 1
@@ -118,11 +171,66 @@ class Engine:
             self.stats.last_delta_size = len(delta.touched)
             self.stats.last_error = catalog.fatal
             self.stats.timings = {"read_s": t1 - t0, "index_s": t2 - t1}
+            if self._reach is not None:
+                self.stats.timings["reach_s"] = self._reach_s
             if catalog.fatal:
                 log.warning("store unreadable, serving the last good snapshot: %s", catalog.fatal)
+                if was is None:
+                    self.stats.unreadable_since = time.time()
+            elif was is not None:
+                log.info("store readable again after %.1f s", time.time() - (self.stats.unreadable_since or 0))
+                self.stats.unreadable_since = None
             self._schedule_compaction()
             gc.freeze()  # the snapshot and indexes are long-lived: keep them out of every GC pass
             return delta
+
+    @property
+    def full_catalog(self) -> Catalog:
+        """The whole store, whatever the scope (for writes, which must see every id in use)."""
+        state = self.state
+        return state.full or state.catalog
+
+    def _reachable(self, full: Catalog, delta: Delta | None) -> tuple[Catalog, Delta]:
+        """The session's catalog of a full snapshot, and the delta the indexes are to receive."""
+        if self._reach is None:
+            return full, delta if delta is not None else Delta(added=frozenset(full.entities))
+        t0 = time.perf_counter()
+        out = self._reach.restrict(full, delta)
+        self._reach_s = time.perf_counter() - t0
+        return out
+
+    def _dense_view(self, full: Catalog):  # -> EmbeddingWorker | _InStore | None
+        """The dense worker as the search indexes hold it (see ``_InStore``)."""
+        if self._reach is None or self.dense is None:
+            return self.dense
+        view = self._dense_proxy
+        if view is None or view.worker is not self.dense:
+            view = self._dense_proxy = _InStore(self.dense, full)
+        view.full = full
+        return view
+
+    def _restrict_dense(self, catalog: Catalog) -> None:
+        """Under a scope, the vector indexes rank reachable ids only (the store's table holds every
+        session's vectors)."""
+        if self._reach is None or self.dense is None:
+            return
+        reachable = frozenset(catalog.entities)
+        self.dense.index.restrict_to(reachable)
+        if getattr(self.dense, "parts", None) is not None:
+            self.dense.parts.index.restrict_to(reachable)
+
+    def _warm(self) -> None:
+        """Build the hybrid ranking's indexes for the newest state (again if a refresh overtook)."""
+        try:
+            while True:
+                state = self._state
+                if state is None:
+                    return
+                state.search.warm(state.catalog)  # type: ignore[attr-defined]
+                if self._state is state:
+                    return
+        except Exception:  # noqa: BLE001 - a request builds what it needs itself
+            log.exception("warming the hybrid ranking's indexes failed")
 
     def _start_dense(self, catalog: Catalog):  # -> EmbeddingWorker | None
         """Channel 3's worker. A missing runtime or model degrades to a warning in the log and no
@@ -141,13 +249,37 @@ class Engine:
                 log.info("dense channel off: no stored vectors of %s in this store", provider.name)
                 return None
             items = (lambda: CatalogItems(catalog)) if self._dense_mode == "live" else None
-            worker = EmbeddingWorker(self.location, provider, items=items, switch_model=self._switch_model)
+            parts = self._part_worker(catalog, provider) if self._parts else None
+            worker = EmbeddingWorker(self.location, provider, items=items, switch_model=self._switch_model,
+                                     parts=parts)
             if self._dense_mode == "stored":
                 worker.wait_idle(timeout=60)  # the stored vectors, loaded once
+                if parts is not None:
+                    parts.wait_idle(timeout=60)
             return worker
         except Exception as exc:  # noqa: BLE001 - an optional channel never takes search down
             log.warning("dense channel unavailable: %s", exc)
             return None
+
+    def _part_worker(self, catalog: Catalog, provider):  # -> EmbeddingWorker | None
+        """The part vectors' worker, started by the dense worker (our own table in the cache
+        directory; in memory only without a cache). "stored" mode only loads what is there."""
+        from slayer_lsp.embed.parts import SEPARATORS, PartItems, part_store
+        from slayer_lsp.embed.store import MemoryStore
+        from slayer_lsp.embed.worker import EmbeddingWorker
+
+        store = part_store(self.location) if self._use_cache else MemoryStore()
+        if self._dense_mode == "stored" and not store.count(provider.name):
+            return None
+
+        def items():  # the newest snapshot when a model switch backfills again
+            return PartItems(self._state.catalog if self._state is not None else catalog)
+
+        # a scoped session backfills only what it reaches: pruning would drop the others' part vectors
+        return EmbeddingWorker(self.location, provider, store=store, switch_model=True, kinds=None,
+                               separators=SEPARATORS, prune=self._reach is None, start=False,
+                               items=items if self._dense_mode == "live" else None,
+                               batch_size=128)  # the provider sorts a batch by length: less padding
 
     def close(self) -> None:
         """Record the caches so that the next start on this store resumes from here."""
@@ -171,7 +303,7 @@ class Engine:
         with self._lock:
             if self._state is not state:  # a newer refresh won; it schedules its own compaction
                 return False
-            self._state = State(state.catalog, fresh)
+            self._state = State(state.catalog, fresh, state.full)
             return True
 
     def _schedule_compaction(self) -> None:
@@ -193,3 +325,32 @@ class Engine:
         p = params if isinstance(params, SearchParams) else parse_params(params)
         state = self.state
         return search(state.catalog, state.search, p)
+
+    def search_facets(self, params: object):  # -> SearchFacetsResponse
+        """Rank one kind's entities on several facets at once (``search.facets``); ``params``: a
+        ``SearchFacetsParams`` or a plain dict."""
+        from slayer_lsp.search.facets import SearchFacetsParams, parse_facets_params, search_facets
+
+        p = params if isinstance(params, SearchFacetsParams) else parse_facets_params(params)
+        state = self.state
+        return search_facets(state.catalog, state.search, p)
+
+
+class _InStore:
+    """An embedding worker as a scoped engine's indexes feed it. An entity that only left the scope
+    is still in the store: its stored vectors stay (other sessions rank them) and leave this
+    session's index only; an entity gone from the store loses them. The rest is the worker's."""
+
+    def __init__(self, worker: object, full: Catalog) -> None:
+        self.worker = worker
+        self.full = full
+
+    @classmethod
+    def wrap(cls, worker: object, full: Catalog, reach: Reach | None) -> object:
+        return worker if reach is None else cls(worker, full)
+
+    def remove(self, canonical_id: str, *, from_store: bool = True) -> None:
+        self.worker.remove(canonical_id, from_store=from_store and canonical_id not in self.full.entities)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.worker, name)

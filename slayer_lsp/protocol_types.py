@@ -57,6 +57,21 @@ class StatusParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``slayer/status`` takes no parameters (``{}`` or none)."""
 
 
+class PartsReport(msgspec.Struct, kw_only=True):
+    """The part-vector worker (facets; ``embed.worker.PartsStatus``): its rows per part kind
+    (``column#values``) and the same counters as the dense channel's."""
+
+    state: str
+    rows: int
+    embedded: int
+    reused: int
+    pending: int
+    failed: int
+    last_error: str | None = None
+    store: str = ""
+    kinds: dict[str, int] = {}
+
+
 class EmbeddingReport(msgspec.Struct, kw_only=True):
     """The dense channel's worker (``embed.worker.EmbeddingStatus``) with its current warnings."""
 
@@ -71,6 +86,7 @@ class EmbeddingReport(msgspec.Struct, kw_only=True):
     last_error: str | None = None
     store: str = ""
     other_models: dict[str, int] = {}
+    parts: PartsReport | None = None
     warnings: list[str] = []
 
 

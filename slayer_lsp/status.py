@@ -29,6 +29,9 @@ def engine_status(engine) -> StatusReport:  # noqa: ANN001 - Engine, imported la
     if engine.dense is not None:
         st = engine.dense.status()
         emb = {**msgspec.to_builtins(st), "warnings": st.warnings()}
+        scope = getattr(engine, "scope", None)
+        if scope is not None and not scope.unrestricted:  # the table holds every session's vectors
+            emb["rows"] = engine.dense.index.reachable_count()
     return StatusReport(version=__version__, store=str(engine.location.path), backend=engine.location.backend,
                         generation=cat.generation, readable=cat.fatal is None, error=cat.fatal,
                         counts=dict(sorted(counts.items())), load_issues=len(cat.issues),
@@ -48,4 +51,9 @@ def format_status(r: StatusReport) -> str:
                      f"pending={e['pending']} failed={e['failed']}"
                      + (f" last error: {e['last_error']}" if e["last_error"] else ""))
         lines.extend(f"  warning: {w}" for w in e["warnings"])
+        parts = e.get("parts")
+        if parts:
+            lines.append(f"  part vectors (facets): state={parts['state']} rows={parts['rows']} "
+                         f"pending={parts['pending']} failed={parts['failed']} "
+                         + " ".join(f"{k}={n}" for k, n in parts["kinds"].items()))
     return "\n".join(lines)

@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the language server on stdio (the default)")
     _storage_arg(serve)
+    check.add_scope_arguments(serve)
 
     search = sub.add_parser("search", help="search the store (SLayer's search surface)")
     _storage_arg(search)
@@ -44,11 +45,38 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--datasource", metavar="D")
     search.add_argument("--max-results", type=int, default=10, metavar="N")
     search.add_argument("--cypher-filter", metavar="C")
+    search.add_argument("--ranking", choices=["hybrid", "slayer"], default="hybrid",
+                        help="hybrid (default) or slayer (SLayer 1.4.1's RRF pipeline, for identical answers)")
+    search.add_argument("--kind", action="append", dest="kinds", metavar="K",
+                        help="only this kind (repeatable): datasource, model, column, measure, aggregation, memory")
+    search.add_argument("--min-score", type=float, default=None, metavar="S", help="drop hits scoring below S")
+    search.add_argument("--keyword", metavar="W", help="a term to match literally (hybrid)")
+    search.add_argument("--related", type=int, default=0, metavar="N", help="memory link hops (hybrid)")
+    search.add_argument("--facet", metavar="F", help="rank by one facet, e.g. meaning or values (hybrid)")
     search.add_argument("--format", choices=["text", "json"], default="text")
     search.add_argument("--verbose", action="store_true", help="full text per hit (compact=False)")
+    check.add_scope_arguments(search)
     search.add_argument("--no-dense", action="store_true",
                         help="skip the embedding channel (by default it ranks the vectors stored for the "
                              "configured model, $SLAYER_EMBEDDING_MODEL or the offline MiniLM)")
+
+    facets = sub.add_parser("search-facets", help="rank one kind's entities on several facets at once, by the "
+                                                   "weakest (slayer/searchFacets)")
+    _storage_arg(facets)
+    facets.add_argument("--facet", action="append", required=True, metavar="NAME=QUERY",
+                        help="a facet and its query, repeatable: --facet meaning='customer' --facet values='SME'")
+    facets.add_argument("--kind", required=True, help="datasource, model, column, measure, aggregation or memory")
+    facets.add_argument("--datasource", metavar="D")
+    facets.add_argument("--limit", type=int, default=10, metavar="N")
+    facets.add_argument("--min-score", type=float, default=None, metavar="S",
+                        help="drop hits whose weakest facet scores below S (no cutoff by default)")
+    facets.add_argument("--depth", type=int, default=500, metavar="N", help="how deep each facet is ranked")
+    facets.add_argument("--format", choices=["text", "json"], default="text")
+    check.add_scope_arguments(facets)
+    facets.add_argument("--verbose", action="store_true", help="full text per hit (compact=False)")
+    facets.add_argument("--no-dense", action="store_true",
+                        help="rank the facet texts lexically (by default the stored part vectors are used "
+                             "when `slayer-lsp embed` made them)")
 
     embed = sub.add_parser("embed", help="embed what is missing or changed into the store's embeddings table")
     _storage_arg(embed)
@@ -58,11 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="store, index and embedding status")
     _storage_arg(status)
     status.add_argument("--format", choices=["text", "json"], default="text")
+    check.add_scope_arguments(status)
 
     inspect = sub.add_parser("inspect", help="show everything known about entities")
     _storage_arg(inspect)
     inspect.add_argument("refs", nargs="+", metavar="REF")
     inspect.add_argument("--format", choices=["text", "json"], default="text")
+    check.add_scope_arguments(inspect)
     return parser
 
 
@@ -82,21 +112,38 @@ def _load_query(raw: str) -> dict:
     return data
 
 
-def _engine(storage: str | None, **options):
+def _scope(args: argparse.Namespace):  # -> catalog.scope.Scope
+    try:
+        return check.scope_from_args(args)
+    except check.UsageError as exc:
+        raise SystemExit(_fail(str(exc))) from None
+
+
+def _engine(storage: str | None, args: argparse.Namespace | None = None, **options):
+    """The engine of a one-shot command, scoped by the command's ``--scope-datasource``,
+    ``--access-tag`` and ``--untagged-only``."""
     from slayer_lsp.engine import Engine
 
-    engine = Engine(storage, **options)
+    engine = Engine(storage, scope=_scope(args) if args is not None else None, **options)
     cat = engine.catalog
     if cat.fatal:
         raise SystemExit(_fail(cat.fatal))
     for issue in cat.issues:
-        print(f"warning: {issue}", file=sys.stderr)
+        print(_safe(f"warning: {issue}"), file=sys.stderr)
     return engine
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"slayer-lsp: error: {message}", file=sys.stderr)
+    print(f"slayer-lsp: error: {_safe(message)}", file=sys.stderr)
     return code
+
+
+def _safe(text: str) -> str:
+    """Text for a terminal: control and bidi characters shown as their codes, so that a description
+    holding escape sequences cannot drive the user's terminal."""
+    from slayer_lsp.analysis.hover import visible
+
+    return visible(text)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -108,8 +155,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         return _fail(f"--query: {exc}")
     params = SearchParams(entities=args.entities, query=query, question=args.question,
                           datasource=args.datasource, max_results=args.max_results,
-                          cypher_filter=args.cypher_filter, compact=not args.verbose)
-    engine = _engine(args.storage, dense="off" if args.no_dense else "stored")
+                          cypher_filter=args.cypher_filter, compact=not args.verbose, ranking=args.ranking,
+                          kinds=args.kinds, min_score=args.min_score, keyword=args.keyword,
+                          related=args.related, facet=args.facet)
+    engine = _engine(args.storage, args, dense="off" if args.no_dense else "stored")
     try:
         resp = engine.search(params)
     except SearchError as exc:
@@ -124,22 +173,57 @@ def cmd_search(args: argparse.Namespace) -> int:
     for hit in resp.results:
         tag = ("Q" if hit.query is not None else "M") if hit.kind == "memory" else f"[{hit.kind}]"
         preview = (hit.description or hit.text or "").replace("\n", " ")
-        out.append(f"  {tag} {hit.id}  {hit.score:.4f}" + (f"  {preview[:100]}" if preview else ""))
+        via = f"  (via {hit.via})" if isinstance(hit.via, str) else ""
+        out.append(f"  {tag} {hit.id}  {hit.score:.4f}{via}" + (f"  {preview[:100]}" if preview else ""))
         if args.verbose and hit.text:
             out.extend("      " + ln for ln in hit.text.splitlines())
-    print("\n".join(out))
+    print(_safe("\n".join(out)))
+    return 0
+
+
+def cmd_search_facets(args: argparse.Namespace) -> int:
+    from slayer_lsp.search.facets import SearchFacetsParams
+    from slayer_lsp.search.types import SearchError
+
+    queries: dict[str, str] = {}
+    for raw in args.facet:
+        name, sep, query = raw.partition("=")
+        if not sep or not name.strip():
+            return _fail(f"--facet {raw!r}: expected NAME=QUERY")
+        queries[name.strip()] = query
+    params = SearchFacetsParams(facets=queries, kind=args.kind, limit=args.limit, min_score=args.min_score,
+                                datasource=args.datasource, depth=args.depth, compact=not args.verbose)
+    engine = _engine(args.storage, args, dense="off" if args.no_dense else "stored")
+    try:
+        resp = engine.search_facets(params)
+    except SearchError as exc:
+        return _fail(str(exc), 1)
+    finally:
+        engine.close()
+    if args.format == "json":
+        sys.stdout.write(msgspec.json.encode(resp).decode() + "\n")
+        return 0
+    out = [f"[warning] {w}" for w in resp.warnings]
+    out.append(f"Results ({len(resp.results)}, {resp.channel}):")
+    for hit in resp.results:
+        per = " ".join(f"{f}={s:.4f}" for f, s in hit.facet_scores.items())
+        preview = (hit.description or hit.text or "").replace("\n", " ")
+        out.append(f"  [{hit.kind}] {hit.id}  {hit.score:.4f} ({per})" + (f"  {preview[:80]}" if preview else ""))
+        if args.verbose and hit.text:
+            out.extend("      " + ln for ln in hit.text.splitlines())
+    print(_safe("\n".join(out)))
     return 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from slayer_lsp.analysis.inspect import format_text, inspect_refs
 
-    engine = _engine(args.storage)
+    engine = _engine(args.storage, args)
     items = inspect_refs(engine.catalog, args.refs)
     if args.format == "json":
         sys.stdout.write(msgspec.json.encode(items).decode() + "\n")
     else:
-        print("\n\n".join(format_text(i) for i in items))
+        print(_safe("\n\n".join(format_text(i) for i in items)))
     return 1 if any(i.error for i in items) else 0
 
 
@@ -151,7 +235,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     if worker is None:
         return _fail("the embedding channel is unavailable (see the log above)")
     last = 0.0
-    while not worker.wait_idle(timeout=2.0):
+    while not (worker.wait_idle(timeout=2.0) and (worker.parts is None or worker.parts.wait_idle(timeout=2.0))):
         st = worker.status()
         if time.monotonic() - last > 5:
             print(f"embedding with {st.model}: {st.rows} embedded, {st.pending} pending, {st.failed} failed",
@@ -161,6 +245,9 @@ def cmd_embed(args: argparse.Namespace) -> int:
     engine.close()
     print(f"{st.model}: {st.rows} rows, {st.embedded} embedded now, {st.reused} reused, {st.failed} failed"
           + (f" (last error: {st.last_error})" if st.last_error else ""))
+    if st.parts is not None:
+        print(f"part vectors (facets): {st.parts.rows} rows, {st.parts.embedded} embedded now, "
+              f"{st.parts.reused} reused, {st.parts.failed} failed")
     for w in st.warnings():
         print(f"warning: {w}", file=sys.stderr)
     return 1 if st.failed or st.state == "blocked" else 0
@@ -169,13 +256,15 @@ def cmd_embed(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from slayer_lsp.status import engine_status, format_status
 
-    engine = _engine(args.storage, dense="stored")
+    engine = _engine(args.storage, args, dense="stored")
     report = engine_status(engine)
     engine.close()
     if args.format == "json":
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
     else:
         print(format_status(report))
+        if not engine.scope.unrestricted:
+            print(f"scope: {engine.scope} (the counts are what it reaches)")
     return 0
 
 
@@ -183,6 +272,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from slayer_lsp.lsp import serve
 
     argv = ["--storage", args.storage] if getattr(args, "storage", None) else []
+    scope = _scope(args)
+    if not scope.unrestricted:  # fixed for the whole session: a client's scope options cannot widen it
+        from slayer_lsp.lsp.server import server
+
+        server.cli_scope = scope
     return serve(argv) or 0
 
 
@@ -191,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose_log else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers = {"search": cmd_search, "inspect": cmd_inspect, "embed": cmd_embed, "status": cmd_status,
+    handlers = {"search": cmd_search, "search-facets": cmd_search_facets, "inspect": cmd_inspect, "embed": cmd_embed, "status": cmd_status,
                 "serve": cmd_serve, "check": check.cmd_check, None: cmd_serve}
     try:
         return handlers[args.command](args)

@@ -29,7 +29,7 @@ DEFAULT_MEMORY_PATTERNS: tuple[str, ...] = ("**/memories/*.md",)
 SECTIONS = ("slayer_lsp", "slayer")
 
 # Settings an editor extension reads itself (launch command, tracing); present in pushed settings.
-CLIENT_SIDE_KEYS = frozenset({"trace", "server", "interpreter"})
+CLIENT_SIDE_KEYS = frozenset({"trace", "server", "interpreter", "search"})
 
 MAX_DEBOUNCE_MS = 10_000
 MIN_HOVER_CHARS = 200
@@ -58,10 +58,19 @@ class EmbeddingOptions:
 
 @dataclass(frozen=True)
 class ScopeOptions:
-    """Limits what completion and workspace symbols offer (empty = everything)."""
+    """The session's scope (``catalog.scope``): what lies outside it is unreachable for every feature
+    (search, hover, completion, navigation, inspect, status, diagnostics). ``datasources`` empty:
+    every datasource. ``access_tags``: the caller's SLayer tags; empty means no access restriction
+    unless ``untagged_only`` says the caller holds no tag (then only untagged models are reachable)."""
 
     datasources: tuple[str, ...] = ()
     access_tags: tuple[str, ...] = ()
+    untagged_only: bool = False
+
+    def to_scope(self):  # -> catalog.scope.Scope
+        from slayer_lsp.catalog.scope import Scope
+
+        return Scope.of(self.datasources, self.access_tags, untagged_only=self.untagged_only)
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,8 @@ class Options:
                       "memoryPatterns": list(self.files.memory_patterns)},
             "embedding": {"enable": self.embedding.enable, "model": self.embedding.model,
                           "switchModel": self.embedding.switch_model},
-            "scope": {"datasources": list(self.scope.datasources), "accessTags": list(self.scope.access_tags)},
+            "scope": {"datasources": list(self.scope.datasources), "accessTags": list(self.scope.access_tags),
+                      "untaggedOnly": self.scope.untagged_only},
             "hover": {"maxChars": self.hover.max_chars},
         }
 
@@ -228,6 +238,7 @@ def parse_options(raw: Any, base: Options | None = None) -> tuple[Options, list[
                                 _str_list(non_empty=False)),
             access_tags=p.value(scope, "scope.accessTags", "access_tags", base.scope.access_tags,
                                 _str_list(non_empty=False)),
+            untagged_only=p.value(scope, "scope.untaggedOnly", "untagged_only", base.scope.untagged_only, _bool),
         ),
         hover=HoverOptions(
             max_chars=p.value(hover, "hover.maxChars", "max_chars", base.hover.max_chars,

@@ -9,13 +9,17 @@ Nothing but protocol goes to stdout (``serve`` points ``sys.stdout`` at stderr f
 Custom requests (also ``workspace/executeCommand`` commands with a dot instead of the slash):
 ``slayer/search`` (SearchParams -> SearchResponse), ``slayer/inspect`` (``{"refs": [...]}``),
 ``slayer/status`` (``{}``), ``slayer/saveMemory`` (``{learning, entities | query, id?, description?}``
--> ``{id, entities, created, warnings}``) and ``slayer/forgetMemory`` (``{id}`` -> ``{forgotten}``).
+-> ``{id, entities, created, warnings}``), ``slayer/forgetMemory`` (``{id}`` -> ``{forgotten}``) and
+``slayer/searchFacets`` (SearchFacetsParams -> SearchFacetsResponse: one kind ranked on several facets).
 Their params are validated here; invalid ones answer -32602. A write is followed by a refresh of the
 engine before the answer, so the next request sees it without waiting for the watcher.
 
 The engine runs the dense search channel in the background (``embedding.enable``, default on). The
 store watcher waits for ``SLAYER_LSP_WATCH_QUIET_MS`` (default 50) ms without further change before
-re-reading the store, and tells the engine which paths changed.
+re-reading the store, and tells the engine which paths changed. A store that cannot be read (gone,
+locked, corrupt) is reported once with ``window/showMessage`` (and in ``slayer/status``) while the last
+good snapshot keeps answering, and is re-read with backoff (0.5 s doubling to 10 s) until it can be:
+no file event may announce that it is whole again.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, default_converter
-from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage
+from pygls.protocol.json_rpc import JsonRPCRequestMessage
 from pygls.uris import from_fs_path, to_fs_path
 from pygls.workspace.position_codec import PositionCodec, ServerTextPosition
 
@@ -50,11 +54,16 @@ from slayer_lsp.lsp.watcher import document_paths
 
 log = logging.getLogger(__name__)
 
-CUSTOM_METHODS = ("slayer/search", "slayer/inspect", "slayer/status", "slayer/saveMemory", "slayer/forgetMemory")
+CUSTOM_METHODS = ("slayer/search", "slayer/inspect", "slayer/status", "slayer/saveMemory", "slayer/forgetMemory",
+                  "slayer/searchFacets")
 DEFAULT_WATCH_QUIET_MS = 50  # SLayer lands each document with one atomic rename
 COMPACT_AFTER_S = 2.0  # quiet time after a store change before the full-text statistics are rebuilt
+STORE_RETRY_S, STORE_RETRY_MAX_S = 0.5, 10.0  # re-reads of an unreadable store: first pause, longest pause
+STORE_SETTLE_S = 1.0  # one more whole re-read this long after the store became readable again
 TRIGGER_CHARACTERS = [".", ":", "(", '"']
 WORKSPACE_SYMBOL_LIMIT = 50
+MAX_DOCUMENT_CHARS = 1_000_000  # larger open documents are not analysed (real store files are < 100 KB)
+MAX_INSPECT_REFS = 1000  # references per slayer/inspect request
 CONFIG_SECTIONS = ("slayerLsp", "slayer")  # asked for with workspace/configuration, first non-empty wins
 R = TypeVar("R")
 
@@ -113,26 +122,146 @@ def _converter():  # type: ignore[no-untyped-def]
     return conv
 
 
+MAX_NESTING = 100  # levels of arrays and objects in one message; real LSP traffic needs about a dozen
+INVALID_REQUEST = t.ErrorCodes.InvalidRequest.value
+INVALID_PARAMS = t.ErrorCodes.InvalidParams.value
+SERVER_NOT_INITIALIZED = t.ErrorCodes.ServerNotInitialized.value
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
+
+
+def _structure_problem(exc: Exception) -> str:
+    """What was wrong with a message cattrs could not structure, with the JSON path of each value."""
+    from cattrs import transform_error
+    from cattrs.errors import ClassValidationError
+
+    cause = exc.__cause__
+    if isinstance(cause, ClassValidationError):
+        try:
+            return "; ".join(transform_error(cause))[:2000]
+        except Exception:  # noqa: BLE001 - the plain message is still an answer
+            pass
+    return str(cause or exc)[:2000]
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` levels (iteratively: no recursion limit)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
 class SlayerProtocol(LanguageServerProtocol):
-    """pygls' protocol, except that a message whose params do not fit its method's type is answered:
-    a request gets -32602 with the reason (pygls would log it and leave the client waiting forever),
-    a notification is logged and dropped (instead of an error popup)."""
+    """pygls' protocol, with every message checked before dispatch, so that each request with a
+    usable id gets exactly one answer and nothing a client sends raises out of the read loop:
+
+    * params that do not fit the method's type: -32602 with the reason (pygls would log it and leave
+      the client waiting forever); such a notification is logged and dropped (no error popup);
+    * not a JSON-RPC 2.0 request (``jsonrpc`` missing or not "2.0", a method that is not a string, an
+      id that is not an integer or a string, a batch array, a bare value): -32600, with id null when
+      the message has no usable id;
+    * nesting deeper than ``MAX_NESTING``: -32602 before any handler recurses into it;
+    * a request before ``initialize``: -32002 (ServerNotInitialized); a second ``initialize`` or any
+      request after ``shutdown``: -32600. Notifications in those states are dropped; ``exit`` always
+      goes through.
+
+    Messages are structured here from the top-level object only (the JSON decoder's object hook keeps
+    nested objects plain), so params that look like a JSON-RPC message are never taken for one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.initialize_seen = False
+        self.shutdown_seen = False
 
     def structure_message(self, data: dict[str, Any]) -> Any:
+        return data  # the decoder's object hook: see handle_message
+
+    def handle_message(self, message: Any) -> None:
+        try:
+            checked = self._checked(message)
+            if checked is not None:
+                super().handle_message(checked)
+        except Exception:  # noqa: BLE001 - one bad message must not end the read loop (exit's SystemExit does)
+            log.exception("dropped a message that could not be handled")
+
+    def reply_error(self, msg_id: Any, code: int, message: str) -> None:
+        """An error response written as plain JSON (lsprotocol would drop a null id from it)."""
+        self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
+
+    def _checked(self, message: Any) -> Any:
+        """The structured message to dispatch, or None when it was answered or dropped here."""
+        if isinstance(message, list):
+            reason = "batches are not supported by the Language Server Protocol; send each message on its own"
+            ids = [m["id"] for m in message if isinstance(m, dict) and "method" in m and _valid_id(m.get("id"))]
+            for msg_id in dict.fromkeys(ids) if ids else [None]:
+                self.reply_error(msg_id, INVALID_REQUEST, reason)
+            return None
+        if not isinstance(message, dict):
+            self.reply_error(None, INVALID_REQUEST, f"a message must be a JSON object, not {_json_type(message)}")
+            return None
+        if "method" not in message:
+            return self._response(message)
+        method, is_request, msg_id = message["method"], "id" in message, message.get("id")
+
+        def refuse(code: int, reason: str) -> None:
+            if is_request:
+                self.reply_error(msg_id if _valid_id(msg_id) else None, code, reason)
+            else:
+                log.warning("dropped a notification: %s", reason)
+
+        if is_request and not _valid_id(msg_id):
+            return refuse(INVALID_REQUEST, f"a request id must be an integer or a string, not {_json_type(msg_id)}")
+        if message.get("jsonrpc") != "2.0":
+            return refuse(INVALID_REQUEST, 'not a JSON-RPC 2.0 message ("jsonrpc" must be "2.0")')
+        if not isinstance(method, str):
+            return refuse(INVALID_REQUEST, f"the method must be a string, not {_json_type(method)}")
+        if _too_deep(message, MAX_NESTING):
+            return refuse(INVALID_PARAMS, f"{method}: params nest deeper than {MAX_NESTING} levels")
+        if method != t.EXIT:
+            if self.shutdown_seen:
+                return refuse(INVALID_REQUEST, f"{method}: the server is shutting down; only exit is accepted")
+            if method == t.INITIALIZE and self.initialize_seen:
+                return refuse(INVALID_REQUEST, "initialize may be sent only once")
+            if method != t.INITIALIZE and not self.initialize_seen:
+                return refuse(SERVER_NOT_INITIALIZED, f"{method}: the server is not initialized; send initialize first")
+        structured = self._structure(message)
+        if structured is not None and is_request and not hasattr(structured, "id"):
+            # pygls would structure it as the notification it is and never answer the id
+            return refuse(INVALID_REQUEST, f"{method} is a notification; send it without an id")
+        if structured is not None and is_request:
+            if method == t.INITIALIZE:
+                self.initialize_seen = True
+            elif method == t.SHUTDOWN:
+                self.shutdown_seen = True
+        return structured
+
+    def _response(self, message: dict[str, Any]) -> Any:
+        """A client's answer to a request of ours (configuration, progress); anything else that has
+        no method is dropped with a log line."""
+        if message.get("jsonrpc") != "2.0" or not _valid_id(message.get("id")) or not (
+                "result" in message or "error" in message):
+            log.warning("dropped a message that is no request, notification or response: %.200r", message)
+            return None
+        return self._structure(message)
+
+    def _structure(self, data: dict[str, Any]) -> Any:
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
             method = data.get("method")
-            reason = f"{method}: invalid params ({exc.__cause__ or exc})"
+            reason = f"{method}: invalid params ({_structure_problem(exc)})"
             if "id" in data and method is not None:
-                self._send_response(data["id"], error=JsonRpcInvalidParams(reason).to_response_error())
+                self.reply_error(data["id"], INVALID_PARAMS, reason)
             else:
                 log.warning("dropped a message: %s", reason)
-            return _IGNORED
-
-
-# handle_message skips a message whose version is not "2.0" with a log line: the answer is already sent
-_IGNORED = JsonRPCNotification(method="$/slayer/ignored", jsonrpc="ignored", params=None)
+            return None
 
 
 @dataclass(frozen=True)
@@ -152,6 +281,7 @@ class SlayerLanguageServer(LanguageServer):
         super().__init__("slayer-lsp", __version__, text_document_sync_kind=t.TextDocumentSyncKind.Incremental,
                          protocol_cls=SlayerProtocol, converter_factory=_converter)
         self.cli_storage = storage
+        self.cli_scope: Any = None  # a catalog.scope.Scope fixed on the command line (serve --scope-...)
         self.options = Options()
         self.option_problems: list[str] = []
         self.engine: Any = None  # slayer_lsp.engine.Engine, built once the storage is known
@@ -163,6 +293,7 @@ class SlayerLanguageServer(LanguageServer):
         self._pending: dict[str, asyncio.Task[None]] = {}
         self._parsed: dict[str, tuple[int | None, str, dm.ParsedDocument]] = {}
         self._diagnosed: dict[str, tuple[dm.ParsedDocument, object, list[diag.DiagnosticData]]] = {}
+        self._too_large: set[str] = set()  # documents over MAX_DOCUMENT_CHARS already reported
         self._parse_lock = threading.Lock()
         # Re-checking every open document after a store change must not take the worker threads
         # requests run on: diagnostics get a lane of their own, one document at a time.
@@ -171,6 +302,34 @@ class SlayerLanguageServer(LanguageServer):
         self._closed: set[int] = set()
         self.indexing = False
         self.started = time.time()
+        self.store_fault: str | None = None  # why the store cannot be read, as reported to the user
+        self._retry_s = 0.0  # the pause before the next re-read of an unreadable store
+
+    # ------------------------------------------------------------------ transport
+
+    def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
+        """pygls' stdio server, on the bounded framing of ``slayer_lsp.lsp.transport``."""
+        import sys
+
+        from pygls.io_ import StdoutWriter
+
+        from slayer_lsp.lsp.transport import serve_stream
+
+        self._stop_event = threading.Event()
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        try:
+            asyncio.run(serve_stream(self, stdin or sys.stdin.buffer))
+        except BrokenPipeError:
+            log.error("the client closed the connection; shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """A log line instead of pygls' "Error in server" popup: a failed request already carries its
+        error in the response, and a notification the client got wrong is no news to the user."""
+        log.error("%s: %s", getattr(source, "__name__", source), error)
 
     # ------------------------------------------------------------------ configuration and engine
 
@@ -178,12 +337,21 @@ class SlayerLanguageServer(LanguageServer):
     def storage(self) -> str | None:
         return self.options.storage or self.cli_storage
 
+    def session_scope(self):  # -> catalog.scope.Scope
+        """What this session may reach: the command line's scope when it gave one (a client's options
+        cannot widen it), else the client's ``scope`` options."""
+        return self.cli_scope if self.cli_scope is not None else self.options.scope.to_scope()
+
     def apply_options(self, raw: Any, *, initial: bool) -> list[str]:
         opts, problems = parse_options(raw, None if initial else self.options)
-        old_storage, old_embedding = self.storage, self.options.embedding
+        old_storage, old_embedding, old_scope = self.storage, self.options.embedding, self.session_scope()
         self.options = opts
+        asked = opts.scope.to_scope()
+        if self.cli_scope is not None and not asked.unrestricted and asked != self.cli_scope:
+            problems = [*problems, f"'scope': fixed by the command line ({self.cli_scope}); the option is ignored"]
         self.option_problems = problems
-        if initial or self.storage != old_storage or opts.embedding != old_embedding:
+        if initial or self.storage != old_storage or opts.embedding != old_embedding \
+                or self.session_scope() != old_scope:
             self._make_engine()
         return problems
 
@@ -200,12 +368,14 @@ class SlayerLanguageServer(LanguageServer):
         emb = self.options.embedding
         try:
             self.engine = Engine(self.storage, dense="live" if emb.enable else "off", embedding_model=emb.model,
-                                 switch_model=emb.switch_model, compact_after_s=COMPACT_AFTER_S)
+                                 switch_model=emb.switch_model, compact_after_s=COMPACT_AFTER_S,
+                                 scope=self.session_scope())
             self.engine_error = None
         except Exception as exc:  # noqa: BLE001 - a bad storage option must not kill the server
             log.exception("cannot open the store %r", self.storage)
             self.engine, self.engine_error = None, f"cannot open the store {self.storage!r}: {exc}"
         self._index_task = None
+        self.store_fault = None  # the new engine reports its own store's state
         if self._ready is not None:
             self._ready.clear()
 
@@ -300,12 +470,31 @@ class SlayerLanguageServer(LanguageServer):
         if token is not None:
             n = len(cat.entities) if cat is not None else 0
             self.work_done_progress.end(token, t.WorkDoneProgressEnd(message=f"{n} entities"))
-        if cat is not None and cat.fatal:
-            self.show(f"the store cannot be read ({cat.fatal}); features answer from what was loaded")
         assert self._ready is not None
         self._ready.set()
         self._start_watcher()
+        self.note_store_fault(cat.fatal if cat is not None else None)
         self.republish_all()
+
+    def note_store_fault(self, fault: str | None) -> None:
+        """Tell the user once that the store became unreadable (and once that it is readable again),
+        and re-read it with backoff meanwhile: no file event may announce that it is whole again (a
+        lock released without a write). Any thread."""
+        before, self.store_fault = self.store_fault, fault
+        message = None
+        if fault is not None:
+            if before is None:
+                message = (f"the store cannot be read ({fault}); answering from the last good snapshot "
+                           "until it can", t.MessageType.Warning)
+            self._retry_s = min(self._retry_s * 2, STORE_RETRY_MAX_S) if before is not None else STORE_RETRY_S
+            if self.watcher is not None:
+                self.watcher.request_rescan(self._retry_s)
+        elif before is not None:
+            message = ("the store can be read again", t.MessageType.Info)
+            if self.watcher is not None:  # a restore may still be copying files: look once more
+                self.watcher.request_rescan(STORE_SETTLE_S)
+        if message is not None and self.loop is not None:
+            self.loop.call_soon_threadsafe(self.show, *message)
 
     def _start_watcher(self) -> None:
         from slayer_lsp.lsp.watcher import StoreWatcher
@@ -323,12 +512,15 @@ class SlayerLanguageServer(LanguageServer):
             return
         lag_ms = _write_lag_ms(paths)
         t0 = time.perf_counter()
+        before = engine.current()
         delta = engine.refresh(document_paths(engine.location, paths))
+        after = engine.current()
+        self.note_store_fault(after.catalog.fatal if after is not None else None)
         parts = ", ".join(f"{k.removesuffix('_s')} {v * 1000:.0f} ms" for k, v in engine.stats.timings.items())
         log.info("store changed (%d path(s)): %d entities touched in %.0f ms%s (%s)", len(paths), len(delta.touched),
                  (time.perf_counter() - t0) * 1000, f", {lag_ms:.0f} ms after the write" if lag_ms is not None else "",
                  parts)
-        if self.loop is not None and not delta.empty:
+        if self.loop is not None and (not delta.empty or after is not before):  # documents or load issues
             self.loop.call_soon_threadsafe(self.republish_all)
 
     def catalog(self):  # type: ignore[no-untyped-def]
@@ -356,6 +548,15 @@ class SlayerLanguageServer(LanguageServer):
 
     def parse(self, snap: Snapshot) -> dm.ParsedDocument:
         kind = self.kind_of(snap.path)
+        if kind != "other" and len(snap.text) > MAX_DOCUMENT_CHARS:
+            kind = "other"  # parsing it would take seconds and hundreds of MB for every keystroke
+            if snap.uri not in self._too_large:
+                self._too_large.add(snap.uri)
+                message = (f"{snap.uri} has {len(snap.text):,} characters; documents over "
+                           f"{MAX_DOCUMENT_CHARS:,} are not analysed")
+                log.warning(message)
+                if self.loop is not None:
+                    self.loop.call_soon_threadsafe(self.show, message)
         hit = self._parsed.get(snap.uri)
         if hit is not None and hit[0] == snap.version and hit[1] == snap.text and hit[2].kind == kind:
             return hit[2]
@@ -483,7 +684,9 @@ class SlayerLanguageServer(LanguageServer):
             return default
 
     def scope(self) -> comp.Scope:
-        return comp.Scope(self.options.scope.datasources, self.options.scope.access_tags)
+        """Completion's own filter: none, since the engine's catalog already holds only what the
+        session's scope reaches (``session_scope``)."""
+        return comp.Scope()
 
     def markdown_ok(self) -> bool:
         caps = self.client_capabilities
@@ -702,8 +905,8 @@ async def workspace_symbol(ls: SlayerLanguageServer, params: t.WorkspaceSymbolPa
         catalog = ls.catalog()
         if query:
             req: dict[str, Any] = {"question": query, "max_results": WORKSPACE_SYMBOL_LIMIT}
-            if len(ls.options.scope.datasources) == 1:
-                req["datasource"] = ls.options.scope.datasources[0]
+            if len(ls.session_scope().datasources) == 1:
+                req["datasource"] = ls.session_scope().datasources[0]
             resp = ls.engine.search(req)
             hits = [(h.kind, h.id) for h in resp.results]
         else:  # an empty query lists the models (VS Code asks with "" first)
@@ -795,6 +998,29 @@ async def do_search(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     return await asyncio.to_thread(work)
 
 
+async def do_search_facets(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    import msgspec
+
+    from slayer_lsp.search.facets import parse_facets_params
+    from slayer_lsp.search.types import SearchError
+
+    method = "slayer/searchFacets"
+    try:
+        parsed = parse_facets_params(_object_params(method, params))
+    except SearchError as exc:
+        raise JsonRpcInvalidParams(f"{method}: {exc}") from exc
+    if not await ls.ready():
+        raise JsonRpcInvalidParams(f"{method}: no store ({ls.engine_error})")
+
+    def work() -> dict[str, Any]:
+        try:
+            return msgspec.to_builtins(ls.engine.search_facets(parsed))
+        except SearchError as exc:
+            raise JsonRpcInvalidParams(f"{method}: {exc}") from exc
+
+    return await asyncio.to_thread(work)
+
+
 async def do_inspect(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     """``{"refs": [...]}`` (also ``reference``/``references``, a string or a list) -> ``{"items": [...]}``
     with each item's store location."""
@@ -811,6 +1037,8 @@ async def do_inspect(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
         refs = [refs]
     if not isinstance(refs, list) or not refs or not all(isinstance(r, str) for r in refs):
         raise JsonRpcInvalidParams("slayer/inspect: 'refs' must be a non-empty list of strings")
+    if len(refs) > MAX_INSPECT_REFS:
+        raise JsonRpcInvalidParams(f"slayer/inspect: {len(refs)} references; at most {MAX_INSPECT_REFS} per request")
     if not await ls.ready():
         raise JsonRpcInvalidParams(f"slayer/inspect: no store ({ls.engine_error})")
 
@@ -859,7 +1087,7 @@ async def do_status(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
         "ready": state is not None,
         "indexing": ls.indexing,
         "server_error": ls.engine_error,
-        "options": ls.options.to_dict(),
+        "options": {**ls.options.to_dict(), "scope": _scope_dict(ls)},
         "option_problems": list(ls.option_problems),
         "open_documents": len(ls.workspace.text_documents),
         "watching": str(ls.watcher.watching) if ls.watcher is not None and ls.watcher.running else None,
@@ -948,6 +1176,32 @@ def _refresh_after_write(engine: Any, changed: list[str] | None) -> None:
         log.exception("refresh after a memory write failed; the store watcher will pick the change up")
 
 
+def _scope_dict(ls: SlayerLanguageServer) -> dict[str, Any]:
+    """The effective scope in the options' shape, and where it came from."""
+    scope = ls.session_scope()
+    return {"datasources": list(scope.datasources), "accessTags": list(scope.access_tags or ()),
+            "untaggedOnly": scope.access_tags == (),
+            "fixedBy": "command line" if ls.cli_scope is not None else None}
+
+
+def _refuse_unreachable_upsert(method: str, state: Any, memory_id: Any) -> None:
+    """Under a scope, an upsert may not overwrite a memory the session cannot reach, nor one whose
+    links to unreachable memories it does not see (the write would drop them): SLayer's
+    ``HiddenContentConflictError``. References are resolved against the reachable catalog anyway, so
+    a new memory can name only what the session reaches."""
+    if state.full is None or memory_id is None or isinstance(memory_id, bool):
+        return
+    mid = str(memory_id)
+    folded = mid.casefold()
+    for other in state.full.memory_order:
+        if other.casefold() != folded:
+            continue
+        seen = state.catalog.memory(other)
+        if seen is None or seen.entities != state.full.memory(other).entities:
+            raise JsonRpcInvalidParams(f"{method}: The change to memory {mid!r} conflicts with parts of it you "
+                                       f"cannot access. Ask a caller with full access to make this change.")
+
+
 async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     """Save (or upsert) a memory exactly as SLayer would, then refresh the engine so that the next
     search, hover or diagnostic sees it."""
@@ -959,6 +1213,7 @@ async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any
 
     def work() -> dict[str, Any]:
         try:
+            _refuse_unreachable_upsert(method, state, kwargs.get("id"))
             saved = save_memory(engine.location, state.catalog, **kwargs)
         except MemoryWriteError as exc:
             raise _write_error(method, exc) from exc
@@ -991,6 +1246,9 @@ async def do_forget_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, A
 
     def work() -> dict[str, Any]:
         try:
+            if state.full is not None and state.full.memory(str(memory_id)) is not None \
+                    and state.catalog.memory(str(memory_id)) is None:
+                return {"forgotten": False}  # outside the session's scope: as if there were none
             forgotten = forget_memory(engine.location, state.catalog, memory_id)
         except MemoryWriteError as exc:
             raise _write_error(method, exc) from exc
@@ -1006,6 +1264,11 @@ async def do_forget_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, A
 @server.feature("slayer/search")
 async def slayer_search(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     return await do_search(ls, params)
+
+
+@server.feature("slayer/searchFacets")
+async def slayer_search_facets(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    return await do_search_facets(ls, params)
 
 
 @server.feature("slayer/inspect")
@@ -1037,6 +1300,11 @@ def _command_params(name: str, args: tuple[Any, ...]) -> Any:
 @server.command("slayer.search")
 async def cmd_search(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
     return await do_search(ls, _command_params("slayer.search", args))
+
+
+@server.command("slayer.searchFacets")
+async def cmd_search_facets(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
+    return await do_search_facets(ls, _command_params("slayer.searchFacets", args))
 
 
 @server.command("slayer.inspect")
