@@ -182,12 +182,8 @@ def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches:
     inputs. (The memory ranking's own order — named records first, links, recency — is kept.)"""
     if not matches:
         return {}
-    text: dict[str, float] = {}
-    if req.has_question:
-        wanted = frozenset(m.memory_id for m in matches)
-        hits = indexes.pieces_for(catalog).rank(req.question, allow=wanted, depth=len(wanted))
-        best = max((h.score for h in hits), default=0.0) or 1.0
-        text = {h.memory_id: h.score / best for h in hits}
+    best = max((m.text_score for m in matches), default=0.0) or 1.0
+    text = {m.memory_id: m.text_score / best for m in matches}
     cosine: dict[str, float] = {}
     for c, cos in dense:
         mid = memory_id_of(c)
@@ -345,16 +341,22 @@ def _memory_evidence(catalog: Catalog, mem_own: dict[str, float], sc: _Scores, a
 def _route(sc: _Scores) -> None:
     """Table and datasource scores from the leaves' own scores (and the tables' own documents)."""
     leaves: dict[str, list[float]] = defaultdict(list)
+    tables: set[str] = set()
     for cid, own in sc.own.items():
-        if cid.count(".") >= 2:
-            leaves[cid.rsplit(".", 1)[0]].append(own)
-    for table in sorted(set(leaves) | {c for c in sc.own if c.count(".") == 1}):
+        table, dot, _ = cid.rpartition(".")
+        if not dot:
+            continue  # a datasource
+        if "." in table:
+            leaves[table].append(own)
+        else:
+            tables.add(cid)
+    for table in sorted(tables.union(leaves)):  # sorted: float sums never follow the hash seed
         best = sorted(leaves.get(table, ()), reverse=True)[:TABLE_LEAVES]
-        mean = sum(best) / TABLE_LEAVES if best else 0.0
-        sc.table[table] = mean + 0.5 * sc.own.get(table, 0.0)
+        sc.table[table] = sum(best) / TABLE_LEAVES + 0.5 * sc.own.get(table, 0.0)
     for table, score in sc.table.items():
-        ds = table.split(".", 1)[0]
-        sc.datasource[ds] = max(sc.datasource[ds], score)
+        ds = table.partition(".")[0]
+        if score > sc.datasource[ds]:
+            sc.datasource[ds] = score
 
 
 def _memory_routing(catalog: Catalog, mid: str, sc: _Scores) -> float:

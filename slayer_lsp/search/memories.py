@@ -85,6 +85,7 @@ class MemoryMatch:
     channels: tuple[str, ...] = ()
     tokens: tuple[str, ...] = ()  # exact tokens (and the keyword) it holds
     named: bool = False  # belongs to a record the caller named
+    text_score: float = 0.0  # BM25 of its best piece for the question (0 when the text did not match)
 
     @property
     def canonical(self) -> str:
@@ -212,8 +213,10 @@ def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | 
         leads = [memory_id_of(c) for c in named if is_memory_ref(c) and ok(memory_id_of(c))]
         ranked = [(m, math.inf) for m in dict.fromkeys(leads)] + [(m, s) for m, s in ranked if m not in leads]
         channels.append(_Channel("tags", _shared_ranks(ranked, 0.0)))
+    text_scores: dict[str, float] = {}
     if question is not None:
         hits = index.rank(question, allow=allow, depth=channel_depth)
+        text_scores = {h.memory_id: h.score for h in hits}
         text = _Channel("text", _shared_ranks([(h.memory_id, h.score) for h in hits], TIE_TOLERANCE),
                         {h.memory_id: h.piece_no for h in hits})
         channels.append(text)
@@ -286,7 +289,8 @@ def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | 
         out.append(MemoryMatch(
             memory_id=mid, score=adjusted[mid], piece=piece, piece_no=piece_no if piece is not None else None,
             via=via.get(mid), channels=tuple(ch.name for _, ch in contributing),
-            tokens=tuple(dict.fromkeys(found_tokens.get(mid, ()))), named=mid in leaders))
+            tokens=tuple(dict.fromkeys(found_tokens.get(mid, ()))), named=mid in leaders,
+            text_score=text_scores.get(mid, 0.0)))
     return out
 
 
