@@ -238,7 +238,8 @@ REFUSED_IDS = [  # (id, what the message says); refused on both backends
     ("x\udcff", "lone surrogate"),
 ]
 ODD_BUT_LEGAL_IDS = ["..", ".", "...", ".hidden", "%2e%2e%2f", "\u2215etc\u2215passwd", "\uff0e\uff0e", "CON",
-                     "nul", "x.md", "-rf", "~", "$HOME", "\u202eevil", "é" * 100]
+                     "nul", "x.md", "-rf", "~", "$HOME", "\u202eevil", "é" * 100,
+                     ".notes.tmp.v2", ".x.md.tmp.abcdefgh"]  # the last two look like a writer's temp files
 
 
 @pytest.mark.parametrize("backend", ["yaml", "sqlite"])
@@ -271,7 +272,14 @@ def test_hostile_memory_ids(sandbox, backend):
         if backend == "yaml":
             written = memories / f"{memory_id}.md"
             assert written.is_file() and written.resolve().parent == memories.resolve(), ascii(memory_id)
-        assert forget_memory(loc, cat, memory_id) is True
+    # a later write (which sweeps dead writers' temp files) keeps every one of them
+    extra = save_memory(loc, cat, learning="one more", entities=["shop.orders"]).id
+    if backend == "yaml":
+        assert all((memories / f"{i}.md").is_file() for i in ODD_BUT_LEGAL_IDS)
+    # (the YAML reader skips dot-files, so ids starting with "." are not listed by it yet)
+    assert {i for i in ODD_BUT_LEGAL_IDS if not i.startswith(".")} <= set(load_catalog(path).memories)
+    for memory_id in [*ODD_BUT_LEGAL_IDS, extra]:
+        assert forget_memory(loc, cat, memory_id) is True, ascii(memory_id)
         assert forget_memory(loc, cat, memory_id) is False
     # nothing outside memories/ was created or deleted; memories/ holds what it held
     assert sandbox.outside_tree() == outside_before

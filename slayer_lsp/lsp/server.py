@@ -222,6 +222,7 @@ class SlayerProtocol(LanguageServerProtocol):
             return refuse(INVALID_REQUEST, 'not a JSON-RPC 2.0 message ("jsonrpc" must be "2.0")')
         if not isinstance(method, str):
             return refuse(INVALID_REQUEST, f"the method must be a string, not {_json_type(method)}")
+        method = method[:200]  # echoed in errors: a megabyte of method name is not echoed back
         if _too_deep(message, MAX_NESTING):
             return refuse(INVALID_PARAMS, f"{method}: params nest deeper than {MAX_NESTING} levels")
         if method != t.EXIT:
@@ -256,7 +257,7 @@ class SlayerProtocol(LanguageServerProtocol):
             return super().structure_message(data)
         except JsonRpcException as exc:
             method = data.get("method")
-            reason = f"{method}: invalid params ({_structure_problem(exc)})"
+            reason = f"{str(method)[:200]}: invalid params ({_structure_problem(exc)})"
             if "id" in data and method is not None:
                 self.reply_error(data["id"], INVALID_PARAMS, reason)
             else:
@@ -317,14 +318,19 @@ class SlayerLanguageServer(LanguageServer):
 
         self._stop_event = threading.Event()
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        code: Any = 0
         try:
             asyncio.run(serve_stream(self, stdin or sys.stdin.buffer))
         except BrokenPipeError:
             log.error("the client closed the connection; shutting down")
-        except (KeyboardInterrupt, SystemExit):
+        except KeyboardInterrupt:
             pass
+        except SystemExit as exc:  # exit: 0 after shutdown, 1 without one (as LSP asks)
+            code = exc.code
         finally:
             self.shutdown()
+        if code:
+            raise SystemExit(code)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """A log line instead of pygls' "Error in server" popup: a failed request already carries its

@@ -879,7 +879,7 @@ def _sweep_orphans(memories: Path, names: Iterable[str]) -> None:
     writer, SLayer's and ours, holds the memories lock while its temp file exists, so one found
     under the lock belongs to nobody. Called under the lock."""
     for name in names:
-        if name.startswith(".") and ".tmp." in name:
+        if name.startswith(".") and ".tmp." in name and not name.endswith(".md"):  # ".x.tmp.y.md" is memory ".x.tmp.y"
             with contextlib.suppress(OSError):
                 os.unlink(memories / name)
                 log.info("removed %s, left by a memory writer that died mid-write", memories / name)
