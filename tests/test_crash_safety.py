@@ -166,13 +166,14 @@ def leftovers(cache: Path) -> list[str]:
 def test_search_killed_at_random_points_never_leaves_a_trusted_broken_cache(store, tmp_path):
     rng = random.Random(SEED)
     cache, cold = tmp_path / "cache", Cold()
-    kills, run_s = 0, 1.0
-    for _ in range(8):
+    kills, run_s, rounds = 0, 1.0, 0
+    while rounds < 8 or (kills < 4 and rounds < 16):  # on a slow machine, more rounds until 4 kills landed
+        rounds += 1
         if rng.random() < 0.4:
             edit_some_model(store, rng)
         question = rng.choice(QUESTIONS)
         # anywhere in a run as long as the last whole one: imports, read, index build, cache writes
-        kills += killed_after(search_cmd(store, question), env_for(cache), rng.uniform(0.05, run_s))
+        kills += killed_after(search_cmd(store, question), env_for(cache), rng.uniform(0.05, 0.8 * run_s))
         started = time.monotonic()
         assert search(store, question, cache) == cold(store, question)
         run_s = time.monotonic() - started
@@ -303,7 +304,7 @@ def test_embed_killed_at_random_points_then_finished_equals_an_uninterrupted_emb
                           capture_output=True, timeout=600).returncode == 0
     run_s = time.monotonic() - started
     kills = sum(killed_after([*embed, str(stores["killed"])], env_for(tmp_path / "killed" / "cache"),
-                             rng.uniform(0.2, run_s)) for _ in range(2))
+                             rng.uniform(0.2, max(0.3, 0.7 * run_s))) for _ in range(2))
     assert kills >= 1
     finished = subprocess.run([*embed, str(stores["killed"])], env=env_for(tmp_path / "killed" / "cache"), cwd=REPO,
                               capture_output=True, text=True, timeout=600)

@@ -237,7 +237,11 @@ def run_check(paths: list[str], storage: str | None, cwd: str | None = None, sco
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text
+    """One terminal line: line breaks joined, control and bidi characters shown as codes (a store
+    file must not drive the terminal that reads the report)."""
+    from slayer_lsp.analysis.hover import visible
+
+    return visible(" ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text)
 
 
 def _plural(n: int, word: str) -> str:

@@ -30,10 +30,13 @@ _YAML_SUFFIXES = (".yaml", ".yml")
 
 def _is_document_path(rel: tuple[str, ...]) -> bool:
     """Where a YAML store keeps its documents: ``priority.yaml``, ``datasources/<name>.yaml``,
-    ``models/<datasource>/<name>.yaml``, ``memories/<id>.md`` (dot-prefixed names are temp files)."""
-    if not rel or any(part.startswith(".") for part in rel):
+    ``models/<datasource>/<name>.yaml``, ``memories/<id>.md`` (dot-prefixed names are temp files,
+    except a memory's: SLayer takes every ``*.md`` there, and its temp names never end in ``.md``)."""
+    if not rel or any(part.startswith(".") for part in rel[:-1]):
         return False
     name = rel[-1]
+    if name.startswith(".") and not (len(rel) == 2 and rel[0] == "memories" and name.endswith(".md")):
+        return False
     return (rel == ("priority.yaml",)
             or (len(rel) == 2 and rel[0] == "datasources" and name.endswith(_YAML_SUFFIXES))
             or (len(rel) == 3 and rel[0] == "models" and name.endswith(_YAML_SUFFIXES))
@@ -140,7 +143,7 @@ class StoreWatcher:
             rel = path.relative_to(store)
         except ValueError:
             return path == store or store.is_relative_to(path)  # the store (or a parent) appeared/vanished
-        if any(part.startswith(".") for part in rel.parts):
+        if any(part.startswith(".") for part in rel.parts) and not _is_document_path(rel.parts):
             return False  # SLayer writes dot-prefixed temp files, then renames them into place
         return rel.name not in IGNORED_NAMES and not rel.name.endswith(".lock")
 

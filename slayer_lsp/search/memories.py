@@ -243,7 +243,8 @@ def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | 
     for ch in channels:
         w = WEIGHTS[ch.name]
         for mid, rank in ch.ranks.items():
-            fused[mid] = fused.get(mid, 0.0) + w / (RRF_K + rank)
+            if ok(mid):  # the piece index is shared with newer snapshots: one may hold a memory this one lacks
+                fused[mid] = fused.get(mid, 0.0) + w / (RRF_K + rank)
 
     leaders = named_record_memories(catalog, index, named, ok) if named else set()
     via: dict[str, str] = {}
@@ -258,7 +259,8 @@ def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | 
                 if mid not in fused:
                     link.ranks[mid] = rank
         for mid, rank in link.ranks.items():
-            fused[mid] = WEIGHTS["link"] / (RRF_K + rank)
+            if ok(mid):
+                fused[mid] = WEIGHTS["link"] / (RRF_K + rank)
         channels.append(link)
 
     position = _positions(catalog.memory_order)

@@ -642,9 +642,13 @@ def _apply_cypher(catalog: Catalog, indexes: SearchIndexes, cypher: str | None,
     from the naive label form."""
     if cypher is None:
         return None, None
-    from slayer_lsp.search.graph import CypherFilterError, parse_label_filter
+    from slayer_lsp.search.graph import CypherFilterError, parse_label_filter, validate_cypher
 
     if indexes.graph_enabled:
+        try:  # a refused filter is refused before the graph is built for it
+            validate_cypher(cypher)
+        except CypherFilterError as exc:
+            raise SearchError(f"cypher_filter rejected: {exc}") from exc
         try:
             graph = indexes.graph(catalog)
         except ImportError as exc:

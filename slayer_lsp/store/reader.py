@@ -213,8 +213,8 @@ class YamlReader:
         """Which parser a store path needs, or None when it is not a store document (temp files,
         the lock file, the embeddings sidecar, ...)."""
         p = Path(path)
-        if p.name.startswith("."):
-            return None
+        if p.name.startswith(".") and not (p.parent.name == "memories" and p.name.endswith(".md")):
+            return None  # temp files; SLayer's memory listing takes every *.md, dotted ones too
         try:
             rel = p.relative_to(self.root).parts
         except ValueError:
@@ -272,7 +272,7 @@ class YamlReader:
         models = root / "models"
         for ds_dir in _dirs(models):
             yield from ((p, self._parse_model) for p in _files(Path(ds_dir), (".yaml", ".yml")))
-        yield from ((p, self._parse_memory) for p in _files(root / "memories", (".md",)))
+        yield from ((p, self._parse_memory) for p in _files(root / "memories", (".md",), dotfiles=True))
         prio = root / "priority.yaml"
         if prio.is_file():
             yield str(prio), self._parse_priority
@@ -404,10 +404,11 @@ def _entries(directory: Path) -> list[os.DirEntry[str]]:
         return []
 
 
-def _files(directory: Path, suffixes: tuple[str, ...]) -> list[str]:
-    """Files with these suffixes, sorted; dotfiles (SLayer's temp files) are skipped."""
+def _files(directory: Path, suffixes: tuple[str, ...], dotfiles: bool = False) -> list[str]:
+    """Files with these suffixes, sorted; dotfiles (SLayer's temp files) are skipped unless asked
+    for (its temp names never end in a document suffix: ``.<name>.tmp.<random>``)."""
     return [e.path for e in _entries(directory)
-            if not e.name.startswith(".") and e.name.endswith(suffixes) and e.is_file()]
+            if (dotfiles or not e.name.startswith(".")) and e.name.endswith(suffixes) and e.is_file()]
 
 
 def _dirs(directory: Path) -> list[str]:
