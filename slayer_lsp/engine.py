@@ -181,7 +181,11 @@ class Engine:
                 log.info("store readable again after %.1f s", time.time() - (self.stats.unreadable_since or 0))
                 self.stats.unreadable_since = None
             self._schedule_compaction()
-            gc.freeze()  # the snapshot and indexes are long-lived: keep them out of every GC pass
+            if first:
+                # The first snapshot (most of whose objects later snapshots share) stays out of every
+                # GC pass. Only once: a frozen object is never collected, so freezing every refresh
+                # would keep each superseded snapshot's cycles for ever (the soak bench saw it grow).
+                gc.freeze()
             return delta
 
     @property
