@@ -213,6 +213,19 @@ def _local_names(query: Mapping[str, Any]) -> tuple[set[str], set[str]]:
     return names, added
 
 
+def _detached(exc: BaseException) -> BaseException:
+    """The exception without tracebacks (its own and its causes'): a kept problem's frames would
+    hold the catalog of the walk that raised it, and through the bindings cached beside it every
+    superseded snapshot after it (the soak bench saw the daemon grow by the minute)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    return exc
+
+
 class _Walk:
     """Collects a query's reference tokens; shape problems raise, or are collected when asked to."""
 
@@ -225,7 +238,7 @@ class _Walk:
     def problem(self, exc: QueryShapeError) -> None:
         if self.problems is None:
             raise exc
-        self.problems.append(exc)
+        self.problems.append(_detached(exc))
 
     def entries(self, key: str) -> list[Any]:
         try:
