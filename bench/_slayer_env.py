@@ -301,3 +301,98 @@ def copy_store(store: Path, dest: Path) -> Path:
     else:
         shutil.copy2(store, dest)
     return dest
+
+
+# --------------------------------------------------------------------------- SLayer writing beside us
+
+# One op per stdin line, one answer per stdout line ({"ok": ..., "s": seconds} or {"error": ...}).
+_WRITER_PROGRAM = r'''
+import asyncio, json, sys, time
+from slayer.core.models import Column
+from slayer.memories.service import MemoryService
+from slayer.storage.base import resolve_storage
+
+
+async def run(storage, memories, op):
+    kind = op["op"]
+    if kind == "save_memory":
+        saved = await memories.save_memory(learning=op["learning"], linked_entities=op["entities"],
+                                           id=op.get("id"), description=op.get("description"))
+        return saved.model_dump(mode="json")
+    if kind == "forget_memory":
+        return (await memories.forget_memory(identifier=op["id"])).model_dump(mode="json")
+    if kind in ("add_column", "drop_column"):
+        model = await storage.get_model(op["model"], data_source=op["datasource"])
+        if model is None:
+            raise LookupError(f"no model {op['datasource']}.{op['model']}")
+        model.columns = [c for c in model.columns if c.name != op["name"]]
+        if kind == "add_column":
+            model.columns.append(Column(name=op["name"], sql=op["name"], type="TEXT",
+                                        description=op.get("description")))
+        await storage.save_model(model)
+        return True
+    raise ValueError(f"unknown op {kind}")
+
+
+async def main():
+    import slayer.search.service  # noqa: F401 - what the first save would import (litellm: seconds)
+    from slayer.embeddings.client import is_available
+
+    is_available()
+    storage = resolve_storage(sys.argv[1])
+    memories = MemoryService(storage=storage)
+    print(json.dumps({"ok": "ready"}), flush=True)
+    for line in sys.stdin:
+        t0 = time.perf_counter()
+        try:
+            answer = {"ok": await run(storage, memories, json.loads(line))}
+        except Exception as exc:
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        answer["s"] = round(time.perf_counter() - t0, 4)
+        print(json.dumps(answer), flush=True)
+
+
+asyncio.run(main())
+'''
+
+
+class SlayerWriter:
+    """A long-lived SLayer process that changes one store on request, as SLayer itself would (its
+    storage and ``MemoryService``), so a benchmark can churn a store from another process without
+    paying SLayer's import per write. Ops: ``save_memory(learning, entities, id?, description?)``,
+    ``forget_memory(id)``, ``add_column(datasource, model, name, description?)`` (replacing a column of
+    that name) and ``drop_column(datasource, model, name)``. Not thread-safe: one caller at a time."""
+
+    def __init__(self, store: Path, *, venv: str | None = None, log_path: Path | None = None) -> None:
+        self._home = tempfile.mkdtemp(prefix="slayer-home-")
+        self._log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen([str(slayer_python(venv)), "-c", _WRITER_PROGRAM, os.fspath(store)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
+                                     env=slayer_env(self._home))
+        self._answer()  # "ready": SLayer is imported
+
+    def _answer(self) -> Any:
+        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise SlayerEnvError(f"the SLayer writer exited ({self.proc.poll()}); see its log")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise SlayerEnvError(answer["error"])
+        return answer["ok"]
+
+    def call(self, op: str, **fields: Any) -> Any:
+        """Run one op; its result, or ``SlayerEnvError`` with SLayer's message."""
+        self.proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+        return self._answer()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+        shutil.rmtree(self._home, ignore_errors=True)
