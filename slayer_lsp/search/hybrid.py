@@ -88,7 +88,7 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
         dense_memories = _question_evidence(catalog, indexes, req, allowed, sc)
     pieces = _dense_pieces(indexes, req, allowed) if req.has_question and allowed.memories_on else []
     matches = _memories(catalog, indexes, req, allowed, dense_memories, pieces)
-    mem_own = _memory_own(catalog, indexes, req, matches, dense_memories, pieces)
+    mem_own = _memory_own(matches, dense_memories, pieces)
     _route(sc)
     if _memory_evidence(catalog, mem_own, sc, allowed):
         _route(sc)
@@ -174,8 +174,8 @@ def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _
         channel_depth=MEMORY_CANDIDATES)
 
 
-def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches: list[Any],
-                dense: list[tuple[str, float]], pieces: list[tuple[str, int, float]]) -> dict[str, float]:
+def _memory_own(matches: list[Any], dense: list[tuple[str, float]],
+                pieces: list[tuple[str, int, float]]) -> dict[str, float]:
     """Each matched memory's own evidence in the entities' units, so that memories and entities
     interleave on one scale: its best piece's BM25 over the question's best, the cosine of its
     nearest piece (or whole vector), an exact token or the keyword it holds, its tags naming the
