@@ -155,8 +155,10 @@ def test_an_ordinary_question_gets_no_token_boost(engine_for):
     plain, plain_margin = _lead_margin(eng, "who chases unpaid invoices?")
     assert (coded, dated, plain) == ("code", "year", "plain")
     # the code is matched whole and weighted heavily; the year wins by its word alone, as any word would
-    assert dated_margin * 10 < coded_margin and plain_margin * 10 < coded_margin
-    assert memory_ids(eng, question="who chases unpaid invoice INV-2023?")[1:] == ["plain", "year"]
+    # (margins are evidence on the entities' scale: an exact token adds W_TOKEN, a word a share of it)
+    assert dated_margin * 3 < coded_margin and plain_margin * 3 < coded_margin
+    # the others follow the code by their words alone ("2023" is a word of INV-2023 as much as of the year)
+    assert sorted(memory_ids(eng, question="who chases unpaid invoice INV-2023?")[1:]) == ["plain", "year"]
 
 
 @pytest.mark.parametrize("asked, keyword", [("SKU-9911", "SKU-5522"), ("SKU-5522", "SKU-9911")])

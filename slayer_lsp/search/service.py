@@ -73,6 +73,7 @@ class SearchIndexes:
     ram_live: bool = False  # a long-lived engine keeps the live full-text index in memory (see rebuilt)
     _lexicon: Any = None  # search.lexicon.Lexicon, built on the first hybrid search, then kept up to date
     _pieces: Any = None  # search.pieces.MemoryPieceIndex, likewise
+    _memory_terms: Any = None  # search.memory_terms.MemoryTerms of this snapshot, derived per delta
     # Set once ``apply`` derived the next snapshot: the dicts of lazily built indexes are shared with
     # it, and an index built from this snapshot's documents must not be left there for it.
     _superseded: bool = False
@@ -132,10 +133,12 @@ class SearchIndexes:
             pending = self._graph_pending | delta.touched if self._graph is not None else frozenset()
             lexicon = self._lexicon.apply(catalog, delta) if self._lexicon is not None else None
             pieces = self._pieces.apply(catalog, delta) if self._pieces is not None else None
+            terms = self._memory_terms.derive(catalog, delta) if self._memory_terms is not None else None
             self._superseded = True
             return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, self._graph,
                                  cache=self.cache, dense=self.dense, _graph_pending=frozenset(pending),
-                                 ram_live=self.ram_live, _lexicon=lexicon, _pieces=pieces, _lock=self._lock)
+                                 ram_live=self.ram_live, _lexicon=lexicon, _pieces=pieces, _memory_terms=terms,
+                                 _lock=self._lock)
 
     @property
     def needs_compaction(self) -> bool:
@@ -165,7 +168,7 @@ class SearchIndexes:
         pieces = self._pieces.rebuilt() if self._pieces is not None else None
         return SearchIndexes(docs, live, by_ds, self.graph_enabled, self._graph, cache=self.cache,
                              dense=self.dense, _graph_pending=self._graph_pending, ram_live=self.ram_live,
-                             _lexicon=self._lexicon, _pieces=pieces)
+                             _lexicon=self._lexicon, _pieces=pieces, _memory_terms=self._memory_terms)
 
     def save_cache(self) -> None:
         """Record the live index's state so the next start reopens it (after incremental updates)."""
@@ -193,10 +196,20 @@ class SearchIndexes:
                 self._pieces = MemoryPieceIndex.build(catalog)
             return self._pieces
 
+    def memory_terms_for(self, catalog: Catalog):  # -> MemoryTerms
+        """The memories' stems and their frequencies (built once, then derived per delta)."""
+        with self._lock:
+            if self._memory_terms is None:
+                from slayer_lsp.search.memory_terms import MemoryTerms
+
+                self._memory_terms = MemoryTerms.build(catalog)
+            return self._memory_terms
+
     def warm(self, catalog: Catalog) -> None:
         """Build what the hybrid ranking needs (run off the request path at start-up)."""
         self.lexicon_for(catalog)
         self.pieces_for(catalog)
+        self.memory_terms_for(catalog)
 
     def lexicon_for(self, catalog: Catalog):  # -> Lexicon
         """Names, values and joins of the hybrid ranking (built once, then updated per delta)."""
