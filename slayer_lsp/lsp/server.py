@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -158,6 +159,41 @@ def _too_deep(value: Any, limit: int) -> bool:
     return False
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # after JSON decoding, any surrogate left is a lone one
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """Where a lone surrogate sits in a decoded message (``params.question``), or None. JSON lets a
+    client write ``"\\ud800"``; no UTF-8 text, file name or index can hold it, so it is refused
+    here, once, rather than failing deep inside a handler as an internal error."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return path or "the message"
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                if isinstance(k, str) and _SURROGATE.search(k):
+                    return f"{path}.{k!a}" if path else repr(k)
+                stack.append((v, f"{path}.{k}" if path else str(k)))
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+    return None
+
+
+def _scrubbed(value: Any) -> Any:
+    """``value`` with each lone surrogate replaced by U+FFFD (one UTF-16 unit for one: document
+    positions keep their meaning), for notifications, which cannot be answered with an error."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_scrubbed(k): _scrubbed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(v) for v in value]
+    return value
+
+
 class SlayerProtocol(LanguageServerProtocol):
     """pygls' protocol, with every message checked before dispatch, so that each request with a
     usable id gets exactly one answer and nothing a client sends raises out of the read loop:
@@ -168,6 +204,8 @@ class SlayerProtocol(LanguageServerProtocol):
       id that is not an integer or a string, a batch array, a bare value): -32600, with id null when
       the message has no usable id;
     * nesting deeper than ``MAX_NESTING``: -32602 before any handler recurses into it;
+    * a lone UTF-16 surrogate in a request's params (``"\\ud800"``): -32602; in a notification's, it
+      is replaced with U+FFFD (an answer is impossible, and dropping an edit would desync the text);
     * a request before ``initialize``: -32002 (ServerNotInitialized); a second ``initialize`` or any
       request after ``shutdown``: -32600. Notifications in those states are dropped; ``exit`` always
       goes through.
@@ -225,6 +263,13 @@ class SlayerProtocol(LanguageServerProtocol):
         method = method[:200]  # echoed in errors: a megabyte of method name is not echoed back
         if _too_deep(message, MAX_NESTING):
             return refuse(INVALID_PARAMS, f"{method}: params nest deeper than {MAX_NESTING} levels")
+        where = _lone_surrogate(message.get("params"))
+        if where is not None:
+            if is_request:
+                return refuse(INVALID_PARAMS, f"{method}: {where} holds a lone UTF-16 surrogate (not Unicode "
+                                              f"text); send characters outside the BMP as a surrogate pair")
+            log.warning("%s: %s holds a lone UTF-16 surrogate; replaced with U+FFFD", method, where)
+            message = {**message, "params": _scrubbed(message["params"])}
         if method != t.EXIT:
             if self.shutdown_seen:
                 return refuse(INVALID_REQUEST, f"{method}: the server is shutting down; only exit is accepted")
@@ -250,6 +295,8 @@ class SlayerProtocol(LanguageServerProtocol):
                 "result" in message or "error" in message):
             log.warning("dropped a message that is no request, notification or response: %.200r", message)
             return None
+        if _lone_surrogate(message.get("result")) is not None:
+            message = {**message, "result": _scrubbed(message["result"])}
         return self._structure(message)
 
     def _structure(self, data: dict[str, Any]) -> Any:
