@@ -266,9 +266,9 @@ class SlayerProtocol(LanguageServerProtocol):
         where = _lone_surrogate(message.get("params"))
         if where is not None:
             if is_request:
-                return refuse(INVALID_PARAMS, f"{method}: {where} holds a lone UTF-16 surrogate (not Unicode "
-                                              f"text); send characters outside the BMP as a surrogate pair")
-            log.warning("%s: %s holds a lone UTF-16 surrogate; replaced with U+FFFD", method, where)
+                return refuse(INVALID_PARAMS, f"{method}: {where} holds a lone surrogate (half of a UTF-16 pair: "
+                                              f"not Unicode text); send a character outside the BMP as a pair")
+            log.warning("%s: %s holds a lone surrogate; replaced with U+FFFD", method, where)
             message = {**message, "params": _scrubbed(message["params"])}
         if method != t.EXIT:
             if self.shutdown_seen:
