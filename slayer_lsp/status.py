@@ -27,11 +27,8 @@ def engine_status(engine) -> StatusReport:  # noqa: ANN001 - Engine, imported la
         counts[ent.kind] = counts.get(ent.kind, 0) + 1
     emb = None
     if engine.dense is not None:
-        st = engine.dense.status()
+        st = engine.dense.status()  # under a scope its counts are the reachable vectors' only
         emb = {**msgspec.to_builtins(st), "warnings": st.warnings()}
-        scope = getattr(engine, "scope", None)
-        if scope is not None and not scope.unrestricted:  # the table holds every session's vectors
-            emb["rows"] = engine.dense.index.reachable_count()
     return StatusReport(version=__version__, store=str(engine.location.path), backend=engine.location.backend,
                         generation=cat.generation, readable=cat.fatal is None, error=cat.fatal,
                         counts=dict(sorted(counts.items())), load_issues=len(cat.issues),

@@ -233,12 +233,13 @@ REFUSED_IDS = [  # (id, what the message says); refused on both backends
     ("a\nb", "whitespace"),
     ("a b", "whitespace"),
     ("\u2028", "whitespace"),
+    ("\u202eevil", "does not show"),  # a bidi override: displays as another id (issue #14)
     ("", "non-empty"),
     ("\ud800", "lone surrogate"),
     ("x\udcff", "lone surrogate"),
 ]
 ODD_BUT_LEGAL_IDS = ["..", ".", "...", ".hidden", "%2e%2e%2f", "\u2215etc\u2215passwd", "\uff0e\uff0e", "CON",
-                     "nul", "x.md", "-rf", "~", "$HOME", "\u202eevil", "é" * 100,
+                     "nul", "x.md", "-rf", "~", "$HOME", "é" * 100,
                      ".notes.tmp.v2", ".x.md.tmp.abcdefgh"]  # the last two look like a writer's temp files
 
 

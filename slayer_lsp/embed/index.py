@@ -145,9 +145,18 @@ class VectorIndex:
             rows = self._reachable_rows()
             return self._n if rows is None else len(rows)
 
+    @property
+    def restricted(self) -> bool:
+        """Whether a standing restriction (``restrict_to``) applies: a scoped session's index."""
+        return self._reach is not None
+
     def kind_counts(self) -> dict[str, int]:
+        """Rows per kind that a query may rank (under a restriction, only the admitted ones: a scoped
+        session's counts never include other sessions' vectors)."""
         with self._lock:
-            counts = np.bincount(self._codes[: self._n], minlength=len(self._kind_names))
+            rows = self._reachable_rows()
+            codes = self._codes[: self._n] if rows is None else self._codes[rows]
+            counts = np.bincount(codes, minlength=len(self._kind_names))
             return {name: int(counts[code]) for code, name in enumerate(self._kind_names) if counts[code]}
 
     # ------------------------------------------------------------------ updates

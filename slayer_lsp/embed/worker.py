@@ -102,7 +102,10 @@ def _under(canonical_id: str, roots: list[str], separators: tuple[str, ...] = ("
 
 
 def blocked_message(model: str, others: dict[str, int]) -> str:
-    theirs, n = max(others.items(), key=lambda kv: kv[1]) if others else ("another model", 0)
+    if not others:  # a scoped session does not see the other models' rows
+        return (f"dense: the stored vectors were made with another model and none with {model}; switch "
+                f"model (--switch-model) to embed everything with {model}")
+    theirs, n = max(others.items(), key=lambda kv: kv[1])
     return (f"dense: the stored vectors were made with {theirs} ({n} rows) and none with {model}; set "
             f"SLAYER_EMBEDDING_MODEL={theirs} to use them, or switch model (--switch-model) to embed "
             f"everything with {model}")
@@ -347,11 +350,15 @@ class EmbeddingWorker:
     def status(self) -> EmbeddingStatus:
         parts = self.parts.parts_status() if self.parts is not None else None
         with self._cond:
+            # a scoped session's index ranks only what it reaches: its counts say no more (the
+            # table's rows of other models cannot be scoped, so they are not counted at all)
+            restricted = self.index.restricted
             return EmbeddingStatus(
                 model=self.provider.name, dim=self.index.dim or self.provider.dim, state=self._state,
-                rows=len(self.index), embedded=self.embedded, reused=self.reused, pending=self._pending(),
-                failed=len(self._failed), last_error=self._last_error, store=str(self.store.path),
-                other_models=dict(self._other_models), parts=parts)
+                rows=self.index.reachable_count() if restricted else len(self.index), embedded=self.embedded,
+                reused=self.reused, pending=self._pending(), failed=len(self._failed), last_error=self._last_error,
+                store=str(self.store.path), other_models={} if restricted else dict(self._other_models),
+                parts=parts)
 
     def _pending(self) -> int:
         pending = len(self._queue) + len(self._inflight)
@@ -363,7 +370,8 @@ class EmbeddingWorker:
         """This worker's counters as the part worker of another."""
         kinds = self.index.kind_counts()
         with self._cond:
-            return PartsStatus(state=self._state, rows=len(self.index), embedded=self.embedded,
+            rows = self.index.reachable_count() if self.index.restricted else len(self.index)
+            return PartsStatus(state=self._state, rows=rows, embedded=self.embedded,
                                reused=self.reused, pending=self._pending(), failed=len(self._failed),
                                last_error=self._last_error, store=str(self.store.path),
                                kinds=dict(sorted(kinds.items())))

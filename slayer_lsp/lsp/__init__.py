@@ -11,7 +11,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slayer-lsp serve", description="Run the SLayer language server on stdio.")
     p.add_argument("--storage", help="the store: a YAML directory, a SQLite file, or a yaml:// / sqlite:// URI "
                                      "(default: $SLAYER_STORAGE, $SLAYER_MODELS_DIR, then the XDG data dir); "
-                                     "the client's 'storage' option wins when it is set")
+                                     "fixed for the session: the client's 'storage' option cannot change it")
     p.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="stderr log level of the server (default INFO)")
     return p

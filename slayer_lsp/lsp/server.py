@@ -27,12 +27,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from lsprotocol import types as t
@@ -158,6 +159,41 @@ def _too_deep(value: Any, limit: int) -> bool:
     return False
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # after JSON decoding, any surrogate left is a lone one
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """Where a lone surrogate sits in a decoded message (``params.question``), or None. JSON lets a
+    client write ``"\\ud800"``; no UTF-8 text, file name or index can hold it, so it is refused
+    here, once, rather than failing deep inside a handler as an internal error."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return path or "the message"
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                if isinstance(k, str) and _SURROGATE.search(k):
+                    return f"{path}.{k!a}" if path else repr(k)
+                stack.append((v, f"{path}.{k}" if path else str(k)))
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+    return None
+
+
+def _scrubbed(value: Any) -> Any:
+    """``value`` with each lone surrogate replaced by U+FFFD (one UTF-16 unit for one: document
+    positions keep their meaning), for notifications, which cannot be answered with an error."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_scrubbed(k): _scrubbed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(v) for v in value]
+    return value
+
+
 class SlayerProtocol(LanguageServerProtocol):
     """pygls' protocol, with every message checked before dispatch, so that each request with a
     usable id gets exactly one answer and nothing a client sends raises out of the read loop:
@@ -168,6 +204,8 @@ class SlayerProtocol(LanguageServerProtocol):
       id that is not an integer or a string, a batch array, a bare value): -32600, with id null when
       the message has no usable id;
     * nesting deeper than ``MAX_NESTING``: -32602 before any handler recurses into it;
+    * a lone UTF-16 surrogate in a request's params (``"\\ud800"``): -32602; in a notification's, it
+      is replaced with U+FFFD (an answer is impossible, and dropping an edit would desync the text);
     * a request before ``initialize``: -32002 (ServerNotInitialized); a second ``initialize`` or any
       request after ``shutdown``: -32600. Notifications in those states are dropped; ``exit`` always
       goes through.
@@ -225,6 +263,13 @@ class SlayerProtocol(LanguageServerProtocol):
         method = method[:200]  # echoed in errors: a megabyte of method name is not echoed back
         if _too_deep(message, MAX_NESTING):
             return refuse(INVALID_PARAMS, f"{method}: params nest deeper than {MAX_NESTING} levels")
+        where = _lone_surrogate(message.get("params"))
+        if where is not None:
+            if is_request:
+                return refuse(INVALID_PARAMS, f"{method}: {where} holds a lone surrogate (half of a UTF-16 pair: "
+                                              f"not Unicode text); send a character outside the BMP as a pair")
+            log.warning("%s: %s holds a lone surrogate; replaced with U+FFFD", method, where)
+            message = {**message, "params": _scrubbed(message["params"])}
         if method != t.EXIT:
             if self.shutdown_seen:
                 return refuse(INVALID_REQUEST, f"{method}: the server is shutting down; only exit is accepted")
@@ -250,6 +295,8 @@ class SlayerProtocol(LanguageServerProtocol):
                 "result" in message or "error" in message):
             log.warning("dropped a message that is no request, notification or response: %.200r", message)
             return None
+        if _lone_surrogate(message.get("result")) is not None:
+            message = {**message, "result": _scrubbed(message["result"])}
         return self._structure(message)
 
     def _structure(self, data: dict[str, Any]) -> Any:
@@ -340,7 +387,15 @@ class SlayerLanguageServer(LanguageServer):
     # ------------------------------------------------------------------ configuration and engine
 
     @property
+    def storage_pinned(self) -> bool:
+        """Whether the command line fixed the store: ``serve --storage``, or a scope given there (a
+        scope is only as good as the store it is applied to, so it pins the default store too)."""
+        return self.cli_storage is not None or self.cli_scope is not None
+
+    @property
     def storage(self) -> str | None:
+        if self.storage_pinned:
+            return self.cli_storage
         return self.options.storage or self.cli_storage
 
     def session_scope(self):  # -> catalog.scope.Scope
@@ -351,6 +406,11 @@ class SlayerLanguageServer(LanguageServer):
     def apply_options(self, raw: Any, *, initial: bool) -> list[str]:
         opts, problems = parse_options(raw, None if initial else self.options)
         old_storage, old_embedding, old_scope = self.storage, self.options.embedding, self.session_scope()
+        if self.storage_pinned and opts.storage is not None:
+            if opts.storage != self.cli_storage:
+                where = self.cli_storage or "SLayer's default lookup, with the command line's scope"
+                problems = [*problems, f"'storage': fixed by the command line ({where}); the option is ignored"]
+            opts = replace(opts, storage=None)  # the effective options say what is used
         self.options = opts
         asked = opts.scope.to_scope()
         if self.cli_scope is not None and not asked.unrestricted and asked != self.cli_scope:
@@ -1190,22 +1250,26 @@ def _scope_dict(ls: SlayerLanguageServer) -> dict[str, Any]:
             "fixedBy": "command line" if ls.cli_scope is not None else None}
 
 
-def _refuse_unreachable_upsert(method: str, state: Any, memory_id: Any) -> None:
-    """Under a scope, an upsert may not overwrite a memory the session cannot reach, nor one whose
-    links to unreachable memories it does not see (the write would drop them): SLayer's
-    ``HiddenContentConflictError``. References are resolved against the reachable catalog anyway, so
-    a new memory can name only what the session reaches."""
-    if state.full is None or memory_id is None or isinstance(memory_id, bool):
+def _reachable_memories(state: Any) -> frozenset[str] | None:
+    """A scoped session's memory ids (what its writes may name), None without a scope."""
+    return None if state.full is None else frozenset(state.catalog.memories)
+
+
+def _refuse_withheld_upsert(method: str, state: Any, memory_id: Any) -> None:
+    """Under a scope, an upsert of one of the session's memories whose stored links the session does
+    not see (links to memories it cannot reach, or to none) would drop them: SLayer's
+    ``HiddenContentConflictError``. Any other id is the writer's to refuse (``scoped_id_refusal``:
+    the same answer for a free id and a hidden memory's). References are resolved against the
+    reachable catalog anyway, so a new memory can name only what the session reaches."""
+    from slayer_lsp.store.writer import normalize_memory_id
+
+    if state.full is None or memory_id is None:
         return
-    mid = str(memory_id)
-    folded = mid.casefold()
-    for other in state.full.memory_order:
-        if other.casefold() != folded:
-            continue
-        seen = state.catalog.memory(other)
-        if seen is None or seen.entities != state.full.memory(other).entities:
-            raise JsonRpcInvalidParams(f"{method}: The change to memory {mid!r} conflicts with parts of it you "
-                                       f"cannot access. Ask a caller with full access to make this change.")
+    mid = normalize_memory_id(memory_id)
+    seen, stored = state.catalog.memory(mid), state.full.memory(mid)
+    if seen is not None and stored is not None and seen.entities != stored.entities:
+        raise JsonRpcInvalidParams(f"{method}: The change to memory {mid!r} conflicts with parts of it you "
+                                   f"cannot access. Ask a caller with full access to make this change.")
 
 
 async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
@@ -1219,8 +1283,8 @@ async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any
 
     def work() -> dict[str, Any]:
         try:
-            _refuse_unreachable_upsert(method, state, kwargs.get("id"))
-            saved = save_memory(engine.location, state.catalog, **kwargs)
+            _refuse_withheld_upsert(method, state, kwargs.get("id"))
+            saved = save_memory(engine.location, state.catalog, **kwargs, reachable=_reachable_memories(state))
         except MemoryWriteError as exc:
             raise _write_error(method, exc) from exc
         changed = None
@@ -1252,10 +1316,9 @@ async def do_forget_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, A
 
     def work() -> dict[str, Any]:
         try:
-            if state.full is not None and state.full.memory(str(memory_id)) is not None \
-                    and state.catalog.memory(str(memory_id)) is None:
-                return {"forgotten": False}  # outside the session's scope: as if there were none
-            forgotten = forget_memory(engine.location, state.catalog, memory_id)
+            # outside the session's scope (hidden, or a file that does not load): as if there were none
+            forgotten = forget_memory(engine.location, state.catalog, memory_id,
+                                      reachable=_reachable_memories(state))
         except MemoryWriteError as exc:
             raise _write_error(method, exc) from exc
         if forgotten:

@@ -12,7 +12,9 @@ headings, table rows, fenced code), then at sentence ends (``. ! ?`` and ``;`` f
 space), leaving abbreviations (``e.g.``, ``Dr.``, initials), decimals (``3.5``) and canonical ids
 (``ds.model.col``) whole; fragments of fewer than three words (a title, "Yes.", "Notes:") join
 the next piece, and a sentence longer than ``MAX_PIECE_CHARS`` is cut at a comma, colon or dash
-near the bound (else at a space).
+near the bound (else at a space). Splitting takes time linear in the text's length whatever its
+shape (a megabyte of dots, of abbreviations or of one token): no pattern backtracks over a run, and
+no step copies the rest of the text.
 
 ``MemoryPieceIndex`` is a tantivy index in RAM with one document per piece (memory id, piece
 number, text), updated per memory from a catalog ``Delta``. Its ranking returns one entry per
@@ -54,12 +56,14 @@ nov dec mon tue tues wed thu thur thurs fri u.s u.k u.n e.u a.k.a vol eds pp par
 
 _BULLET = re.compile(r"^\s*(?:[-*+\u2022\u2023\u25e6\u2043\u2219]|\d{1,3}[.)]|[a-z][.)](?=\s)|[A-Z]\)(?=\s))\s+")  # "J. Smith" is a name
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+")
-_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
-_TABLE_RULE = re.compile(r"^\s*\|?[\s:|-]+\|?\s*$")
-_FENCE = re.compile(r"^\s*(```|~~~)")
-# A candidate sentence end: terminal punctuation (and closing quotes/brackets), then whitespace.
-_END = re.compile(r"(?:[.!?\u2026]+|;)[\"'\u201d\u2019)\]]*(?=\s+\S)")
-_WORD_BEFORE = re.compile(r"([\w.]+)\.$")
+_TABLE_RULE = re.compile(r"[\s:|-]+")  # a stripped line of only these (one quantifier: linear)
+_FENCE = re.compile(r"\s*+(?:```|~~~)")
+# A candidate sentence end: a whole run of terminal punctuation (never a match starting inside a
+# run, so a run of a million dots is scanned once) or ";", closing quotes/brackets, then
+# whitespace and the next visible character (captured: what follows decides the boundary).
+_END = re.compile(r"(?:(?<![.!?\u2026])[.!?\u2026]++|;)[\"'\u201d\u2019)\]]*+(?=\s++(\S))")
+_WORD_CHARS = re.compile(r"[\w.]")
+_LONGEST_ABBREVIATION = 16  # a longer run before a period is no abbreviation: the scan back stops there
 _SOFT_BREAK = re.compile(r"(?:[,:]\s|\s[-\u2013\u2014]\s|\s\()")
 
 # Function words dropped from pieces and questions alike. On one-sentence pieces BM25's length
@@ -109,7 +113,7 @@ def _blocks(text: str) -> list[tuple[bool, str]]:
         if not line or (_TABLE_RULE.fullmatch(line) and "-" in line):
             flush()
             continue
-        if _TABLE_ROW.match(line):
+        if len(line) >= 2 and line[0] == "|" and line[-1] == "|":  # a table row
             flush()
             blocks.append((False, " ".join(c.strip() for c in line.strip("|").split("|") if c.strip())))
             continue
@@ -132,28 +136,38 @@ def _looks_like_title(line: str) -> bool:
     return len(line) < 40 and not line.endswith((".", "!", "?", ":", ";", ",")) and line[:1].isupper()
 
 
-def _is_boundary(block: str, start: int, end: int) -> bool:
-    """Whether the punctuation at ``block[start:end]`` really ends a sentence."""
+def _is_boundary(block: str, start: int, end: int, nxt: str) -> bool:
+    """Whether the punctuation at ``block[start:end]`` really ends a sentence; ``nxt`` is the
+    first visible character after it. Constant work per candidate (no slice of the block)."""
     punct = block[start:end]
-    nxt = block[end:].lstrip()[:1]
     if punct.startswith(";"):
         return True
     if nxt.islower():
         return False  # "approx. three", "e.g. this", "No. of orders" stay together
     if punct.rstrip("\"'\u201d\u2019)]") == ".":
-        m = _WORD_BEFORE.search(block[:start + 1])
-        if m is not None:
-            word = m.group(1).casefold()
-            if word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()):
-                return False  # an abbreviation or an initial ("J. Smith")
+        word = _word_before(block, start)
+        if word and (word in ABBREVIATIONS or (len(word) == 1 and word.isalpha())):
+            return False  # an abbreviation or an initial ("J. Smith")
     return True
+
+
+def _word_before(block: str, dot: int) -> str:
+    """The run of word characters and periods just before the period at ``dot``, case-folded
+    ("e.g" before "e.g."); empty when there is none or it is too long to be an abbreviation."""
+    i = dot
+    low = max(dot - _LONGEST_ABBREVIATION - 1, 0)
+    while i > low and _WORD_CHARS.match(block, i - 1):
+        i -= 1
+    if i == low and i > 0 and _WORD_CHARS.match(block, i - 1):
+        return ""  # longer than any abbreviation
+    return block[i:dot].casefold()
 
 
 def _sentences(block: str) -> list[str]:
     out: list[str] = []
     last = 0
     for m in _END.finditer(block):
-        if _is_boundary(block, m.start(), m.end()):
+        if _is_boundary(block, m.start(), m.end(), m.group(1)):
             out.append(block[last:m.end()].strip())
             last = m.end()
     out.append(block[last:].strip())
@@ -168,19 +182,22 @@ def _merge_short(sentences: list[str]) -> list[str]:
     """Fragments of fewer than MIN_PIECE_WORDS words join the next sentence (the last joins the
     previous one), so "Yes." or "Note:" never stands alone."""
     out: list[str] = []
-    carry = ""
+    carry: list[str] = []  # joined once: a long run of word-less fragments stays linear
+    carried = 0  # words in ``carry`` (tokens never span the space that joins two fragments)
     for s in sentences:
-        s = f"{carry} {s}".strip() if carry else s
-        if _words(s) < MIN_PIECE_WORDS:
-            carry = s
+        n = _words(s)
+        if carried + n < MIN_PIECE_WORDS:
+            carry.append(s)
+            carried += n
             continue
-        carry = ""
-        out.append(s)
+        out.append(" ".join([*carry, s]).strip() if carry else s)
+        carry, carried = [], 0
     if carry:
+        rest = " ".join(carry)
         if out:
-            out[-1] = f"{out[-1]} {carry}"
+            out[-1] = f"{out[-1]} {rest}"
         else:
-            out.append(carry)
+            out.append(rest)
     return out
 
 
@@ -188,9 +205,10 @@ def _bounded(sentence: str, limit: int = MAX_PIECE_CHARS) -> list[str]:
     """A sentence cut into parts of at most ``limit`` characters: at the last comma, colon, dash
     or bracket in the second half of the window, else at the last space, else hard."""
     out: list[str] = []
-    rest = sentence
-    while len(rest) > limit:
-        window = rest[:limit + 1]
+    sentence = sentence.strip()
+    pos, end = 0, len(sentence)  # the rest is sentence[pos:end]: never copied whole (linear)
+    while end - pos > limit:
+        window = sentence[pos:pos + limit + 1]
         cut = -1
         for m in _SOFT_BREAK.finditer(window):
             if m.start() >= limit // 2:
@@ -199,10 +217,12 @@ def _bounded(sentence: str, limit: int = MAX_PIECE_CHARS) -> list[str]:
             cut = window.rfind(" ", limit // 2)
         if cut <= 0:
             cut = limit
-        out.append(rest[:cut].strip())
-        rest = rest[cut:].strip()
-    if rest:
-        out.append(rest)
+        out.append(window[:cut].strip())
+        pos += cut
+        while pos < end and sentence[pos].isspace():
+            pos += 1
+    if pos < end:
+        out.append(sentence[pos:end])
     return [p for p in out if p]
 
 
@@ -238,10 +258,12 @@ def _norm(text: str) -> str:
 def piece_texts(memory: d.Memory) -> list[str]:
     """A memory's pieces, numbered by position: the learning's, then the description's unless
     the learning already holds the description; a piece repeated verbatim is kept once. The same
-    list numbers the dense piece vectors (``memory:<id>#<n>``)."""
-    pieces = split_pieces(memory.learning)
-    desc = memory.description
-    if desc and desc.strip() and _norm(desc) not in _norm(memory.learning or ""):
+    list numbers the dense piece vectors (``memory:<id>#<n>``). Each text is read up to
+    ``MAX_LEARNING_CHARS`` (the limit of what the writer accepts)."""
+    learning = (memory.learning or "")[:d.MAX_LEARNING_CHARS]  # a longer one (not ours) is indexed this far
+    pieces = split_pieces(learning)
+    desc = (memory.description or "")[:d.MAX_LEARNING_CHARS]
+    if desc.strip() and _norm(desc) not in _norm(learning):
         pieces.extend(split_pieces(desc))
     out: list[str] = []
     seen: set[str] = set()

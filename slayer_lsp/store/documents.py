@@ -12,6 +12,11 @@ from typing import Any
 
 import msgspec
 
+# The longest learning slayer-lsp writes (``slayer/saveMemory`` refuses a longer one) and indexes
+# (a longer one, written by another tool, is indexed up to this many characters): a memory is a
+# note, and every index pass over its text must stay cheap. 256 Ki characters.
+MAX_LEARNING_CHARS = 262_144
+
 # Document versions this reader was written against (a missing ``version`` means 1).
 KNOWN_VERSIONS = {"SlayerModel": 15, "DatasourceConfig": 2, "Memory": 4, "SlayerQuery": 6}
 

@@ -29,10 +29,12 @@ import logging
 import math
 import os
 import re
+import secrets
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import unicodedata
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
@@ -50,11 +52,13 @@ from slayer_lsp.analysis.query_refs import (
 from slayer_lsp.analysis.resolver import EntityResolutionError, check_memory_id, resolve_entity
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
+from slayer_lsp.store.documents import MAX_LEARNING_CHARS
 from slayer_lsp.store.locate import StoreLocation
 
 __all__ = [
-    "DESCRIPTION_MAX_CHARS", "MemoryWriteError", "SavedMemory", "forget_memory", "format_created_at",
-    "memory_json", "memory_markdown", "normalize_query", "save_memory",
+    "DESCRIPTION_MAX_CHARS", "MAX_LEARNING_CHARS", "MemoryWriteError", "SavedMemory", "forget_memory",
+    "format_created_at", "memory_id_key", "memory_json", "memory_markdown", "normalize_memory_id",
+    "normalize_query", "save_memory", "scoped_id_refusal",
 ]
 
 log = logging.getLogger(__name__)
@@ -64,6 +68,7 @@ QUERY_VERSION = 6
 DESCRIPTION_MAX_CHARS = 500
 LOCK_TIMEOUT = 30.0
 _FENCE = "---\n"
+SCOPED_ID_PREFIX = "m-"  # a scoped session's new memory: "m-" + 16 random hex digits (see save_memory)
 
 
 class MemoryWriteError(ValueError):
@@ -93,33 +98,60 @@ class SavedMemory:
 
 def save_memory(location: StoreLocation, catalog: Catalog, *, learning: str, entities: list[str] | None = None,
                 query: Mapping[str, Any] | None = None, id: str | None = None,
-                description: str | None = None, lock_timeout: float = LOCK_TIMEOUT) -> SavedMemory:
+                description: str | None = None, lock_timeout: float = LOCK_TIMEOUT,
+                reachable: Collection[str] | None = None) -> SavedMemory:
     """Save (or upsert, when ``id`` exists) one memory the way SLayer's ``save_memory`` does.
 
     Give either ``entities`` (each resolved strictly) or ``query`` (its entities are extracted and the
     query is stored normalised). ``id=None`` allocates ``max(int-shaped id) + 1`` from the store.
-    Raises ``MemoryWriteError`` for bad input, unresolvable references and I/O failures."""
+    Raises ``MemoryWriteError`` for bad input, unresolvable references and I/O failures.
+
+    ``reachable``: the memory ids a scoped session reaches (None: no scope). Such a writer must not
+    learn or touch what it cannot reach, so its id space is its own: an explicit ``id`` must be one
+    of ``reachable`` (any other, free or taken by a hidden memory in any spelling, gets the one
+    ``scoped_id_refusal``), and a new memory gets a random ``m-<16 hex>`` id, drawn again while it
+    collides with anything in the store, so the answer depends on nothing hidden."""
     if not isinstance(learning, str) or not learning.strip():
         raise MemoryWriteError("learning text must be a non-empty string.")
-    memory_id = _coerce_id(id) if id is not None else None
+    if len(learning) > MAX_LEARNING_CHARS:
+        raise MemoryWriteError(f"learning must be at most {MAX_LEARNING_CHARS} characters; got {len(learning)}. "
+                               f"Save a summary, or split it into several memories.")
+    memory_id = normalize_memory_id(id) if id is not None else None
+    if reachable is not None and memory_id is not None and memory_id not in reachable:
+        raise MemoryWriteError(scoped_id_refusal(id))
     description = _normalize_description(description)
+    notes: list[str] = []
+    if location.backend == "yaml":  # stored as SLayer reads it back, so every reader agrees
+        learning, description = _as_read_back(learning, description, notes)
     canonicals, warnings, stored_query = _link(catalog, entities, query)
+    warnings = (*warnings, *notes)
     if location.backend == "sqlite":
         return _save_sqlite(location.path, memory_id, learning, description, canonicals, stored_query,
-                            warnings, lock_timeout)
+                            warnings, lock_timeout, reachable)
     return _save_yaml(location.path, memory_id, learning, description, canonicals, stored_query, warnings,
-                      lock_timeout)
+                      lock_timeout, reachable)
+
+
+def scoped_id_refusal(memory_id: Any) -> str:
+    """The one answer of a scoped writer to an ``id`` it does not reach: the same whether the id is
+    free or a hidden memory's (in any case or Unicode spelling), so it tells nothing."""
+    return (f"memory id {str(memory_id)!r} is not a memory this session can update: with a scope, 'id' names one "
+            f"of the session's own memories; leave it out to save a new memory (it gets a fresh id).")
 
 
 def forget_memory(location: StoreLocation, catalog: Catalog | None, id: str,
-                  *, lock_timeout: float = LOCK_TIMEOUT) -> bool:
+                  *, lock_timeout: float = LOCK_TIMEOUT, reachable: Collection[str] | None = None) -> bool:
     """Delete memory ``id`` like SLayer's ``forget_memory``: the memory itself, its embedding rows
     (exactly ``memory:<id>``, never a prefix) and ``memory:<id>`` tags on every other memory.
 
     Returns ``False`` when the store has no such memory (nothing is touched). ``catalog`` is not
-    consulted: which memories carry the tag is read from the store under the lock."""
+    consulted: which memories carry the tag is read from the store under the lock. ``reachable``
+    (a scoped session's memory ids): any other id answers ``False`` untouched, like a missing one,
+    whether it is hidden, fails to load, or does not exist."""
     del catalog  # the snapshot may be stale; the store is the truth here
-    memory_id = _coerce_id(id)
+    memory_id = normalize_memory_id(id)
+    if reachable is not None and memory_id not in reachable:
+        return False
     if location.backend == "sqlite":
         return _forget_sqlite(location.path, memory_id, lock_timeout)
     return _forget_yaml(location.path, memory_id, lock_timeout)
@@ -218,20 +250,61 @@ def _split_markdown(text: str) -> tuple[dict[str, Any] | None, str]:
 # ============================================================================== input checks
 
 
-def _coerce_id(value: Any) -> str:
+# Characters an id may not hold besides SLayer's own rules: invisible or direction-changing ones
+# (format: bidi overrides and isolates, zero-width joiners, soft hyphen, BOM), surrogates, private
+# use and unassigned code points. Two ids that display alike must not name two memories.
+_HIDDEN_CATEGORIES = frozenset({"Cf", "Cs", "Co", "Cn"})
+
+
+def normalize_memory_id(value: Any) -> str:
+    """A memory id as this writer stores and looks it up: ``str`` of an int or a string, NFC-normalised
+    (the two spellings of "café" are one id), checked against SLayer's rules and refused when it holds
+    a character that does not show (``_HIDDEN_CATEGORIES``)."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise MemoryWriteError(f"memory id must be str or int; got {type(value).__name__}.")
     memory_id = str(value)
-    try:
-        check_memory_id(memory_id)
-    except EntityResolutionError as exc:
-        raise MemoryWriteError(str(exc)) from exc
     try:
         memory_id.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: no file name, no SQLite text can hold it
         raise MemoryWriteError(f"memory id {memory_id!r} is not valid Unicode text (it holds a lone "
                                f"surrogate).") from None
+    memory_id = unicodedata.normalize("NFC", memory_id)
+    try:
+        check_memory_id(memory_id)
+    except EntityResolutionError as exc:
+        raise MemoryWriteError(str(exc)) from exc
+    for ch in memory_id:
+        if unicodedata.category(ch) in _HIDDEN_CATEGORIES:
+            raise MemoryWriteError(f"memory id {memory_id!r}: character U+{ord(ch):04X} "
+                                   f"({unicodedata.name(ch, 'unnamed')}) does not show; ids may hold only "
+                                   f"visible characters.")
     return memory_id
+
+
+def memory_id_key(memory_id: str) -> str:
+    """The key under which two ids are the same memory on a case-insensitive file system, and for a
+    reader who cannot tell composed from decomposed accents: case-folded, then NFC (Unicode's
+    canonical caseless match)."""
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFD", memory_id).casefold())
+
+
+def _as_read_back(learning: str, description: str | None, notes: list[str]) -> tuple[str, str | None]:
+    """The learning and description of a YAML store as SLayer reads them back: it opens memory
+    files in text mode (``\r\n`` and ``\r`` become ``\n`` in the body) and YAML folds a NEL
+    (U+0085) inside a quoted scalar to a space. Writing the read-back form makes every reader (ours,
+    SLayer's, a byte-exact one) see the same text; ``notes`` says what changed."""
+    if "\r" in learning:
+        learning = learning.replace("\r\n", "\n").replace("\r", "\n")
+        notes.append("learning: carriage returns were stored as line feeds (SLayer reads a memory file's "
+                      "line ends that way)")
+    if description is not None:
+        dumped = yaml.safe_dump({"d": description}, sort_keys=True, default_flow_style=False, allow_unicode=True)
+        back = yaml.safe_load(dumped)["d"]
+        if back != description:
+            notes.append("description: stored as SLayer reads it back (YAML turns a NEL, U+0085, into a space)"
+                         if "\x85" in description else "description: stored as SLayer reads it back")
+            description = back if isinstance(back, str) and back.strip() else None
+    return learning, description
 
 
 def _check_file_name(memories: Path, memory_id: str) -> None:
@@ -893,6 +966,29 @@ def _next_id(ids: Sequence[str]) -> str:
     return str(max((int(i) for i in ids if _int_shaped(i)), default=0) + 1)
 
 
+def _scoped_new_id(ids: Iterable[str]) -> str:
+    """A scoped session's new id: random (``m-`` and 16 hex digits), so it reveals neither how many
+    memories the store holds nor the largest hidden id; drawn again while it collides with any id
+    in any spelling (a collision is never reported: the caller sees only the id it got)."""
+    taken = {memory_id_key(i) for i in ids}
+    while True:
+        candidate = f"{SCOPED_ID_PREFIX}{secrets.token_hex(8)}"
+        if memory_id_key(candidate) not in taken:
+            return candidate
+
+
+def _twin(ids: Iterable[str], memory_id: str) -> str | None:
+    """Another stored id that is the same memory as ``memory_id`` for ``memory_id_key``."""
+    key = memory_id_key(memory_id)
+    return next((i for i in ids if i != memory_id and memory_id_key(i) == key), None)
+
+
+def _twin_refusal(memory_id: str, twin: str) -> MemoryWriteError:
+    how = "case" if twin.casefold() == memory_id.casefold() else "case or Unicode form"
+    return MemoryWriteError(f"Memory id '{memory_id}' conflicts with existing '{twin}' (differs only by {how}). "
+                            f"Rename or delete one.")
+
+
 def _existing_created_at(memory_id: str, front: Mapping[str, Any] | None) -> str:
     """The ``created_at`` an upsert keeps, formatted as SLayer re-serialises it. A document without
     one gets "now", as SLayer's default does."""
@@ -901,8 +997,8 @@ def _existing_created_at(memory_id: str, front: Mapping[str, Any] | None) -> str
         return format_created_at(datetime.now(UTC))
     parsed = _parse_created_at(raw)
     if parsed is None:
-        raise MemoryWriteError(f"existing memory '{memory_id}' has an unreadable created_at {raw!r}; fix it "
-                               f"or forget the memory first")
+        raise MemoryWriteError(f"existing memory '{memory_id}' has an unreadable created_at; fix it "
+                               f"or forget the memory first")  # its value is not echoed: it is the file's
     return format_created_at(parsed)
 
 
@@ -921,7 +1017,7 @@ def _read_text(path: Path) -> str:
 
 def _save_yaml(store: Path, memory_id: str | None, learning: str, description: str | None,
                entities: tuple[str, ...], query: dict[str, Any] | None, warnings: tuple[str, ...],
-               timeout: float) -> SavedMemory:
+               timeout: float, reachable: Collection[str] | None = None) -> SavedMemory:
     memories = _yaml_store(store)
     if memory_id is not None:
         _check_file_name(memories, memory_id)
@@ -932,21 +1028,27 @@ def _save_yaml(store: Path, memory_id: str | None, learning: str, description: s
             ids = [n[:-3] for n in names if n.endswith(".md")]
             created = True
             if memory_id is None:
-                memory_id = _next_id(ids)
+                memory_id = _next_id(ids) if reachable is None else _scoped_new_id(ids)
                 created_at = format_created_at(datetime.now(UTC))
             else:
-                folded = memory_id.casefold()
-                clash = next((i for i in ids if i != memory_id and i.casefold() == folded), None)
+                exists = f"{memory_id}.md" in names
+                clash = _twin(ids, memory_id)
+                if clash is not None and reachable is not None and (exists or clash not in reachable):
+                    # a scoped upsert of its own memory creates no new collision, and a twin it cannot
+                    # reach is never named: a new id colliding with one is refused like any other
+                    clash = None
+                    if not exists:
+                        raise MemoryWriteError(scoped_id_refusal(memory_id))
                 if clash is not None:
-                    raise MemoryWriteError(f"Memory id '{memory_id}' conflicts with existing '{clash}' (differs "
-                                           f"only by case). Rename or delete one.")
-                if f"{memory_id}.md" in names:
+                    raise _twin_refusal(memory_id, clash)
+                if exists:
                     created = False
                     try:
                         front, _ = _split_markdown(_read_text(memories / f"{memory_id}.md"))
-                    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-                        raise MemoryWriteError(f"existing memory '{memory_id}' cannot be read ({exc}); fix it or "
-                                               f"forget it first") from exc
+                    except (yaml.YAMLError, UnicodeDecodeError):  # the parser's message quotes the file
+                        raise MemoryWriteError(f"existing memory '{memory_id}' cannot be read (it is not UTF-8 "
+                                               f"text with valid YAML front matter); fix it or forget it "
+                                               f"first") from None
                     created_at = _existing_created_at(memory_id, front)
                 else:
                     created_at = format_created_at(datetime.now(UTC))
@@ -984,8 +1086,9 @@ def _strip_tag_yaml(memories: Path, tag: str) -> int:
         doc = _rebuilt(name[:-3], body, front, [e for e in tags if e != tag])
         try:
             _atomic_write(path, memory_markdown(doc).encode("utf-8"))
-        except (OSError, UnicodeEncodeError) as exc:
-            raise _io_error("rewrite", path, exc) from exc
+        except (OSError, UnicodeEncodeError) as exc:  # the other memory is not named: it may be hidden
+            log.warning("cannot rewrite %s while removing %s: %s", path, tag, exc)
+            raise _io_error("rewrite a memory that carries the tag in", memories, exc) from exc
         rewritten += 1
     return rewritten
 
@@ -1099,13 +1202,14 @@ def _put_row(conn: sqlite3.Connection, doc: Mapping[str, Any]) -> None:
 
 def _save_sqlite(db: Path, memory_id: str | None, learning: str, description: str | None,
                  entities: tuple[str, ...], query: dict[str, Any] | None, warnings: tuple[str, ...],
-                 timeout: float) -> SavedMemory:
+                 timeout: float, reachable: Collection[str] | None = None) -> SavedMemory:
     try:
         with _transaction(db, timeout) as conn:
             _check_sqlite_schema(conn, db)
             created = True
             if memory_id is None:
-                memory_id = _next_id([str(r[0]) for r in conn.execute("SELECT id FROM memories")])
+                ids = [str(r[0]) for r in conn.execute("SELECT id FROM memories")]
+                memory_id = _next_id(ids) if reachable is None else _scoped_new_id(ids)
                 created_at = format_created_at(datetime.now(UTC))
             else:
                 row = conn.execute("SELECT data FROM memories WHERE id = ?", (memory_id,)).fetchone()
@@ -1115,9 +1219,9 @@ def _save_sqlite(db: Path, memory_id: str | None, learning: str, description: st
                     created = False
                     try:
                         stored = json.loads(row[0])
-                    except (TypeError, ValueError) as exc:
-                        raise MemoryWriteError(f"existing memory '{memory_id}' cannot be read ({exc}); fix it or "
-                                               f"forget it first") from exc
+                    except (TypeError, ValueError):
+                        raise MemoryWriteError(f"existing memory '{memory_id}' cannot be read (its row is not "
+                                               f"valid JSON); fix it or forget it first") from None
                     created_at = _existing_created_at(memory_id, stored if isinstance(stored, dict) else None)
             _check_memory_targets(entities, lambda mid: conn.execute(
                 "SELECT 1 FROM memories WHERE id = ?", (mid,)).fetchone() is not None)

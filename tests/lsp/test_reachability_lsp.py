@@ -173,10 +173,16 @@ async def test_custom_requests_reach_nothing_out_of_scope(client):
 
 async def test_writes_cannot_touch_unreachable_memories(client):
     store = client.store
-    for memory_id in ("2", "8"):  # 2 is out of scope; 8 links to it (a write would drop the link)
-        with pytest.raises(JsonRpcInvalidParams, match="conflicts with parts of it you cannot access"):
+    with pytest.raises(JsonRpcInvalidParams, match="conflicts with parts of it you cannot access"):
+        await request(client, "slayer/saveMemory", {"id": "8", "learning": "overwrite",  # 8 links to 2: a
+                                                    "entities": ["shop.orders"]})  # write would drop the link
+    refusals = []
+    for memory_id in ("2", "99"):  # 2 is out of scope: refused exactly as a free id is
+        with pytest.raises(JsonRpcInvalidParams) as exc:
             await request(client, "slayer/saveMemory", {"id": memory_id, "learning": "overwrite",
                                                         "entities": ["shop.orders"]})
+        refusals.append(str(exc.value).replace(f"'{memory_id}'", "'<id>'"))
+    assert refusals[0] == refusals[1] and "not a memory this session can update" in refusals[0]
     assert "Zanzibar" in (store / "memories" / "2.md").read_text()
     assert "memory:2" in (store / "memories" / "8.md").read_text()
     assert await request(client, "slayer/forgetMemory", {"id": "2"}) == {"forgotten": False}
