@@ -421,12 +421,33 @@ def test_cancel_and_shutdown_stop_a_running_filter_over_stdio(tmp_path):
         running = d.request("slayer/search", {"question": "orders", "cypher_filter": CARTESIAN_6})
         time.sleep(1.0)
         assert not d.answers(running)
+        graph_pids = _children(d.proc.pid)
+        assert graph_pids
         shutdown = d.request("shutdown")
         assert not d.wait_for([shutdown, running], 5.0), "shutdown waited for the running filter"
         assert "result" in d.answers(shutdown)[0]
         assert "error" in d.answers(running)[0]
         d.notify("exit")
         assert d.proc.wait(10) == 0
-        assert not _children(d.proc.pid)
+        assert not any(_alive(p) for p in graph_pids)
+    finally:
+        d.stop()
+
+
+@pytest.mark.slow
+def test_the_graph_process_does_not_outlive_a_killed_daemon(tmp_path):
+    d = _daemon(tmp_path)
+    try:
+        d.call("slayer/search", {"question": "orders", "cypher_filter": SHOP_MODELS_FILTER})
+        d.request("slayer/search", {"question": "orders", "cypher_filter": CARTESIAN_6})
+        time.sleep(0.5)
+        graph_pids = _children(d.proc.pid)
+        assert graph_pids
+        d.proc.kill()
+        d.proc.wait(10)
+        deadline = time.monotonic() + 10.0
+        while any(_alive(p) for p in graph_pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in graph_pids), "the graph's process outlived the daemon"
     finally:
         d.stop()

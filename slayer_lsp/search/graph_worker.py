@@ -309,23 +309,31 @@ def _collect_ids(result: Any, req: Query, deadline: float) -> Reply:
 
 
 def _limit_self(limits: Limits) -> None:
-    import resource
+    """Core dumps off, address space capped. A platform that refuses a limit (macOS does not enforce
+    RLIMIT_AS) still has the parent's wall clock and resident-memory watch."""
+    try:
+        import resource
 
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
+    except (ImportError, ValueError, OSError) as exc:
+        print(f"slayer-lsp graph process: a resource limit could not be set: {exc}", file=sys.stderr)
 
 
 def _cpu_budget(seconds: int) -> None:
     """Allow ``seconds`` more CPU seconds from now (the soft limit only: it can be raised again)."""
-    import resource
-
+    try:
+        import resource
+    except ImportError:
+        return
     usage = resource.getrusage(resource.RUSAGE_SELF)
     used = int(usage.ru_utime + usage.ru_stime) + 1
     hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
     soft = used + max(1, seconds)
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
 def _watch_parent(parent: int) -> None:
