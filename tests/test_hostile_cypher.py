@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +30,7 @@ from slayer_lsp.search import graph as G
 from slayer_lsp.search.graph import CypherFilterError, GraphIndex, validate_cypher
 from slayer_lsp.search.types import SearchError
 from tests.conftest import YAML_STORE
-from tests.lsp.raw_daemon import RawDaemon, copy_shop
+from tests.lsp.raw_daemon import REPO, RawDaemon, copy_shop
 
 RSS_GROWTH_LIMIT = 512 * 1024 * 1024
 ANSWER_WITHIN_S = 15.0  # the 10 s deadline, the kill grace and a loaded machine's slack
@@ -451,3 +453,74 @@ def test_the_graph_process_does_not_outlive_a_killed_daemon(tmp_path):
         assert not any(_alive(p) for p in graph_pids), "the graph's process outlived the daemon"
     finally:
         d.stop()
+
+
+# --------------------------------------------------------------------------- the child's own limits
+
+
+def _worker(limits) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+    """The graph's process on its own, with no parent watching it: its rlimits must stop it alone."""
+    import msgspec
+
+    from slayer_lsp.search import graph_worker as w
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "MALLOC_ARENA_MAX": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "slayer_lsp.search.graph_worker",
+                             msgspec.json.encode(limits).decode()], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env)
+    assert isinstance(_worker_reply(proc), w.Done)  # started
+    rows = [[f"ds.m{i}", f"m{i}", ""] for i in range(5)]
+    _worker_send(proc, w.Build(nodes={"Model": rows}, edges=[], cpu_s=30))
+    assert isinstance(_worker_reply(proc), w.Done)
+    return proc
+
+
+def _worker_send(proc: subprocess.Popen, message) -> None:  # type: ignore[no-untyped-def]
+    from slayer_lsp.search import graph_worker as w
+
+    proc.stdin.write(w.encode(message))  # type: ignore[union-attr]
+    proc.stdin.flush()  # type: ignore[union-attr]
+
+
+def _worker_reply(proc: subprocess.Popen):  # type: ignore[no-untyped-def]
+    from slayer_lsp.search import graph_worker as w
+
+    header = proc.stdout.read(w.HEADER_BYTES)  # type: ignore[union-attr]
+    if len(header) < w.HEADER_BYTES:
+        return None
+    return w.decode_reply(proc.stdout.read(w.frame_length(header)))  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_the_cpu_limit_ends_a_filter_that_ignores_its_timeout():
+    from slayer_lsp.search import graph_worker as w
+
+    proc = _worker(w.Limits(address_space_bytes=G.CHILD_ADDRESS_SPACE_BYTES, buffer_pool_bytes=G.BUFFER_POOL_BYTES,
+                            max_db_bytes=G.BUFFER_POOL_BYTES, threads=1))
+    try:
+        lev = AMPLIFIERS["levenshtein-on-built-string"][1]
+        _worker_send(proc, w.Query(lev, timeout_ms=600_000, max_rows=10, max_id_bytes=1000, cpu_s=2))
+        reply = _bounded(lambda: _worker_reply(proc), within=ANSWER_WITHIN_S)
+        assert reply is None  # no answer: the kernel ended it
+        assert proc.wait(5) == -signal.SIGXCPU
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+def test_the_address_space_limit_fails_a_growing_filter():
+    from slayer_lsp.search import graph_worker as w
+
+    proc = _worker(w.Limits(address_space_bytes=G.CHILD_ADDRESS_SPACE_BYTES, buffer_pool_bytes=G.BUFFER_POOL_BYTES,
+                            max_db_bytes=G.BUFFER_POOL_BYTES, threads=1))
+    try:
+        grow = AMPLIFIERS["replace-growth"][1]
+        _worker_send(proc, w.Query(grow, timeout_ms=600_000, max_rows=10, max_id_bytes=1000, cpu_s=600))
+        reply = _bounded(lambda: _worker_reply(proc), within=ANSWER_WITHIN_S)
+        assert isinstance(reply, w.Failed) and reply.reason == "memory", reply
+        assert _rss(proc.pid) < G.CHILD_ADDRESS_SPACE_BYTES
+    finally:
+        proc.kill()
+        proc.wait()
