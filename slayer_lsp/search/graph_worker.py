@@ -286,6 +286,11 @@ def _collect_ids(result: Any, req: Query, deadline: float) -> Reply:
         idx = lowered.index("id")
     else:
         return Failed("column", repr(names))
+    try:  # the engine has the whole result by now: too many rows are refused without reading one
+        if result.get_num_tuples() > req.max_rows:
+            return Failed("rows", str(req.max_rows))
+    except Exception:  # noqa: BLE001 - counted while reading below instead
+        pass
     ids: set[str] = set()
     rows = size = 0
     while result.has_next():
