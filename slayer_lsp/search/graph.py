@@ -683,12 +683,14 @@ class _Child:
             return "no answer"
         return f"exit status {code}" if code >= 0 else f"signal {-code}"
 
-    def kill(self) -> None:
-        """SIGKILL, then reap (a killed child exits at once)."""
+    def kill(self, wait: bool = True) -> None:
+        """SIGKILL, then (``wait``) reap: a killed child exits at once. Without ``wait`` nothing
+        blocks (the event loop's shutdown path); the holder of the graph's lock reaps it."""
         try:
             if self.proc.poll() is None:
                 self.proc.kill()
-            self.proc.wait(timeout=5)
+            if wait:
+                self.proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):  # already reaped, or stuck in the kernel
             log.debug("graph: killing pid %s", self.pid, exc_info=True)
 
@@ -853,28 +855,34 @@ class GraphIndex:
         self._acquire(deadline, cancel, timeout_s)
         try:
             self._check_open()
-            t0 = time.monotonic()
-            child = self._ready_child(cancel)
-            deadline += time.monotonic() - t0  # a restart is the graph's time, not the filter's
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise CypherFilterError(_timeout_message(timeout_s))
-            query = w.Query(text, timeout_ms=max(1, int(remaining * 1000)), max_rows=MAX_FILTER_ROWS,
-                            max_id_bytes=MAX_ID_BYTES, cpu_s=CHILD_CPU_S)
-            try:
-                reply = child.call(query, deadline + KILL_GRACE_S, cancel)
-            except _Stopped as stop:
-                self._drop()
-                if self._closed:
-                    raise CypherFilterError("the cypher_filter graph has been closed.") from None
-                log.warning("graph: cypher_filter stopped (%s %s); the graph process is replaced",
-                            stop.reason, stop.detail)
-                raise CypherFilterError(_stopped_message(stop, timeout_s)) from None
-            if isinstance(reply, w.Failed):
-                if reply.reason == "memory":  # the engine survived it; a fresh child surely has
+            for attempt in (1, 2):
+                t0 = time.monotonic()
+                child = self._ready_child(cancel)
+                deadline += time.monotonic() - t0  # a restart is the graph's time, not the filter's
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CypherFilterError(_timeout_message(timeout_s))
+                query = w.Query(text, timeout_ms=max(1, int(remaining * 1000)), max_rows=MAX_FILTER_ROWS,
+                                max_id_bytes=MAX_ID_BYTES, cpu_s=CHILD_CPU_S)
+                try:
+                    reply = child.call(query, deadline + KILL_GRACE_S, cancel)
+                except _Stopped as stop:
                     self._drop()
-                raise CypherFilterError(_failed_message(reply, timeout_s))
-            return frozenset(reply.ids)
+                    if self._closed:
+                        raise CypherFilterError("the cypher_filter graph has been closed.") from None
+                    log.warning("graph: cypher_filter stopped (%s %s); the graph process is replaced",
+                                stop.reason, stop.detail)
+                    if stop.reason == "died" and attempt == 1:
+                        # Killed by someone else (an OOM killer, an operator) or by its own limits:
+                        # once more in a fresh child, within the same deadline.
+                        continue
+                    raise CypherFilterError(_stopped_message(stop, timeout_s)) from None
+                if isinstance(reply, w.Failed):
+                    if reply.reason == "memory":  # the engine survived it; a fresh child surely has
+                        self._drop()
+                    raise CypherFilterError(_failed_message(reply, timeout_s))
+                return frozenset(reply.ids)
+            raise AssertionError("unreachable")  # pragma: no cover
         finally:
             self._lock.release()
 
@@ -919,7 +927,7 @@ class GraphIndex:
         fails at once, the next one starts a fresh child. For cancel and shutdown paths."""
         child = self._slot.child
         if child is not None:
-            child.kill()
+            child.kill(wait=False)
 
     def close(self) -> None:
         """Kill the child and refuse further requests; never waits for a running filter."""
