@@ -295,6 +295,8 @@ class Engine:
                 self._state.search.save_cache()  # type: ignore[attr-defined]
             if self.dense is not None:
                 self.dense.close()
+            if self._state is not None:
+                self._state.search.close_graph()  # type: ignore[attr-defined]
 
     def compact(self) -> bool:
         """Rebuild the full-text indexes so their statistics match a fresh build; requests keep
@@ -321,14 +323,22 @@ class Engine:
 
     # ------------------------------------------------------------------ queries
 
-    def search(self, params: object):  # -> SearchResponse
-        """Run one search on the current state (``params``: a ``SearchParams`` or a plain dict)."""
+    def search(self, params: object, cancel: threading.Event | None = None):  # -> SearchResponse
+        """Run one search on the current state (``params``: a ``SearchParams`` or a plain dict).
+        Setting ``cancel`` stops its cypher_filter, if one is running (the request was cancelled)."""
         from slayer_lsp.search.service import search
         from slayer_lsp.search.types import SearchParams, parse_params
 
         p = params if isinstance(params, SearchParams) else parse_params(params)
         state = self.state
-        return search(state.catalog, state.search, p)
+        return search(state.catalog, state.search, p, cancel)
+
+    def abort_queries(self) -> None:
+        """Stop a running cypher_filter now (its process is killed), without waiting for any lock:
+        the first step of a shutdown."""
+        state = self._state
+        if state is not None:
+            state.search.abort_graph()  # type: ignore[attr-defined]
 
     def search_facets(self, params: object):  # -> SearchFacetsResponse
         """Rank one kind's entities on several facets at once (``search.facets``); ``params``: a

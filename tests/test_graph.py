@@ -353,7 +353,7 @@ def test_apply_without_changes_is_a_no_op(yaml_catalog):
         g.run("MATCH (v:Memory) RETURN v.id AS id")
 
 
-def test_missing_ladybug_is_reported_as_unavailable(yaml_catalog, monkeypatch):
+def test_missing_ladybug_is_reported_as_unavailable(yaml_catalog, monkeypatch, tmp_path):
     import builtins
 
     real_import = builtins.__import__
@@ -365,6 +365,12 @@ def test_missing_ladybug_is_reported_as_unavailable(yaml_catalog, monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_ladybug)
     assert not G.is_available()
+    monkeypatch.undo()
+    # The graph lives in a child process: there, a 'ladybug' that cannot be imported shadows the real one.
+    shadow = tmp_path / "shadow" / "ladybug"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'ladybug'\")\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")]))
     with pytest.raises(G.GraphUnavailableError, match="not available") as info:
         GraphIndex.build(yaml_catalog)
     assert isinstance(info.value, ImportError)  # callers catch ImportError to use the naive form

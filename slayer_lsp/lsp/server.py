@@ -445,6 +445,15 @@ class SlayerLanguageServer(LanguageServer):
         if self._ready is not None:
             self._ready.clear()
 
+    def abort_queries(self) -> None:
+        """Kill every engine's running cypher_filter at once (non-blocking, so on the loop)."""
+        for engine in (*self._retired, self.engine):
+            if engine is not None:
+                try:
+                    engine.abort_queries()
+                except Exception:  # noqa: BLE001 - best effort; close_engines follows
+                    log.exception("aborting the queries of %s failed", engine.location)
+
     def close_engines(self) -> None:
         """Close the current engine and any retired one (shutdown/exit; blocking, so off the loop)."""
         engines, self._retired = [*self._retired, self.engine], []
@@ -793,6 +802,7 @@ async def shutdown(ls: SlayerLanguageServer, params: Any) -> None:
         ls.watcher = None
     for task in ls._pending.values():
         task.cancel()
+    ls.abort_queries()  # first, on the loop: a running cypher_filter must not hold the shutdown up
     await asyncio.to_thread(ls.close_engines)
 
 
@@ -1055,13 +1065,20 @@ async def do_search(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     if not await ls.ready():
         raise JsonRpcInvalidParams(f"slayer/search: no store ({ls.engine_error})")
 
+    cancel = threading.Event()
+    engine = ls.engine
+
     def work() -> dict[str, Any]:
         try:
-            return to_builtins(ls.engine.search(parsed))
+            return to_builtins(engine.search(parsed, cancel))
         except SearchError as exc:
             raise JsonRpcInvalidParams(f"slayer/search: {exc}") from exc
 
-    return await asyncio.to_thread(work)
+    try:
+        return await asyncio.to_thread(work)
+    except asyncio.CancelledError:  # $/cancelRequest or shutdown: a running cypher_filter is killed
+        cancel.set()
+        raise
 
 
 async def do_search_facets(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:

@@ -1,16 +1,44 @@
-"""The property graph behind ``search(cypher_filter=...)``, on LadybugDB.
+"""The property graph behind ``search(cypher_filter=...)``, on LadybugDB, in a process of its own.
 
 SLayer answers a ``cypher_filter`` by running the caller's openCypher query against an in-memory
 LadybugDB graph of the store; the ids it returns become an allowlist for the search channels. This
 module keeps SLayer's graph schema, so filters written for SLayer keep working, but differs in how
-the graph is made and kept:
+the graph is made, kept and guarded:
 
 * it is loaded in bulk (``COPY`` from temporary CSV files, never inside the store) instead of one
   statement per node and edge, which is what makes SLayer's build take seconds;
 * it follows the catalog: ``apply(catalog, delta)`` replaces only the nodes and edges of the touched
   canonical ids and rebuilds only when that is cheaper;
 * the query is checked by a small lexer that knows Cypher's strings, comments and quoted names, so a
-  word inside a literal never trips the checks and a keyword outside one always does.
+  word inside a literal never trips the checks and a keyword outside one always does; it may call
+  only the functions in ``ALLOWED_FUNCTIONS`` (anything else is refused, naming the function);
+* the database lives in a child process (``slayer_lsp.search.graph_worker``) under hard limits.
+  A filter is code, and some code runs away where no text check can see it coming: a value grown
+  by ``replace`` chained through ``WITH``, a cartesian product, an engine function that never looks
+  at its timeout. The daemon waits for the child's answer with its own wall-clock deadline and
+  kills the child when the deadline passes, when the request is cancelled, when the child grows
+  past its memory cap, or when it dies (its address-space or CPU limit); the next filter gets a
+  fresh child, rebuilt from the current catalog, and waits only for that rebuild. The daemon's
+  memory never grows with a filter: all it gets back is a bounded list of ids.
+
+Limits (named below):
+
+======================================  =====================================================
+``DEFAULT_TIMEOUT_S`` = 10 s            wall clock of a filter, waiting for a busy graph
+                                        included; the engine stops the query at that time
+``KILL_GRACE_S`` = 1 s                  after the deadline the daemon kills the child
+``CHILD_RSS_BYTES`` = 768 MiB           resident memory of the child; checked every
+                                        ``WATCH_INTERVAL_S`` = 50 ms while it works
+``CHILD_ADDRESS_SPACE_BYTES`` = 1.5 GiB ``RLIMIT_AS`` of the child: an allocation past it fails
+``CHILD_CPU_S`` = 30 s                  ``RLIMIT_CPU`` of the child per filter (2 engine threads)
+``BUFFER_POOL_BYTES`` = 256 MiB         LadybugDB's buffer pool in the child
+``BUILD_TIMEOUT_S`` = 120 s             loading the graph (a cold start or a restart)
+``MAX_FILTER_ROWS`` = 200,000           rows a filter may return
+``MAX_ID_BYTES`` = 16 MiB               characters of distinct ids a filter may return
+``MAX_CYPHER_CHARS`` = 10,000           length of the filter
+``MAX_PATH_HOPS`` = 10                  hops of a variable-length path
+``MAX_GROWTH`` = 64                     how many fold chained concatenations may grow a value
+======================================  =====================================================
 
 Schema (every node table has ``id`` as primary key; leaf ids are canonical ids)::
 
@@ -26,19 +54,24 @@ Hidden models, hidden columns and the leaves of hidden models are left out; so i
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
+import os
 import re
-import tempfile
+import select
+import subprocess
+import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+import msgspec
 
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
+from slayer_lsp.search import graph_worker as w
 
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog, Delta
@@ -52,22 +85,67 @@ MAX_CYPHER_CHARS = 10_000
 #: exponentially, so a larger bound only buys a timeout.
 MAX_PATH_HOPS = 10
 DEFAULT_TIMEOUT_S = 10.0
+#: The engine stops a query at its timeout when it checks; the daemon kills the child this much
+#: later whatever the engine does.
+KILL_GRACE_S = 1.0
 #: Rows a filter may return (its ids are an allowlist: more rows than the graph has nodes means
-#: duplicates); reading them is ours, outside the engine's timeout, so they are counted.
+#: duplicates); counted in the child while it reads them.
 MAX_FILTER_ROWS = 200_000
-#: Memory of the graph's buffer pool: an intermediate result that needs more fails the filter with
-#: an error instead of growing the daemon (a graph of 100,000 entities needs well under 128 MiB).
+#: Characters of distinct ids a filter may send back (real ids are short; a filter that returns
+#: built strings as ids would otherwise make the daemon hold them).
+MAX_ID_BYTES = 16 * 1024 * 1024
+#: Memory of the graph's buffer pool, in the child (a graph of 100,000 entities needs well under
+#: 128 MiB).
 BUFFER_POOL_BYTES = 256 * 1024 * 1024
-#: Functions that build a value of any size from a small input (``repeat('x', 10^9)``): the engine
-#: allocates it outside the buffer pool and checks no timeout meanwhile, so they are refused.
-AMPLIFYING_FUNCTIONS = frozenset({"REPEAT", "LPAD", "RPAD", "RANGE", "LIST_REDUCE", "ARRAY_REDUCE", "REDUCE"})
-#: Concatenations multiply what they are fed when chained through WITH (``WITH a + a AS a`` thirty
-#: times is 2**30 times the input). A clause with c of them (``+`` or these functions) grows a value
-#: at most c + 1 fold; the product over the filter's clauses may not exceed ``MAX_GROWTH``.
-CONCAT_FUNCTIONS = frozenset({
-    "CONCAT", "LIST_CONCAT", "LIST_CAT", "ARRAY_CONCAT", "ARRAY_CAT", "LIST_APPEND", "ARRAY_APPEND",
-    "ARRAY_PUSH_BACK", "LIST_PREPEND", "ARRAY_PREPEND", "ARRAY_PUSH_FRONT", "REGEXP_REPLACE",
+#: The child's address-space limit (RLIMIT_AS). An idle child maps ~0.6 GiB (the buffer pool's
+#: reservation, two engine threads); values a filter builds live outside the pool, so the rest is
+#: their headroom. Past it an allocation fails and the child is replaced.
+CHILD_ADDRESS_SPACE_BYTES = 1536 * 1024 * 1024
+#: Resident memory at which the daemon kills a working child (checked every WATCH_INTERVAL_S).
+CHILD_RSS_BYTES = 768 * 1024 * 1024
+#: CPU seconds the child may spend on one filter (RLIMIT_CPU; the kernel ends it past them even if
+#: the daemon is gone). Two engine threads spend at most twice the wall clock.
+CHILD_CPU_S = 30
+#: Engine threads in the child: a filter over a catalog graph gains little from more.
+GRAPH_THREADS = 2
+#: Starting the child (Python and LadybugDB) and loading the graph; restarts included.
+START_TIMEOUT_S = 30.0
+BUILD_TIMEOUT_S = 120.0
+#: How often the daemon looks at a working child (cancel, deadline, resident memory).
+WATCH_INTERVAL_S = 0.05
+#: Where the functions a filter may call are listed for users.
+ALLOWED_FUNCTIONS_DOC = "protocol/README.md (cypher_filter)"
+#: The functions a filter may call: what selecting catalog entities needs (string tests and case,
+#: null handling, labels and paths, list membership, aggregation). Everything else -- functions
+#: that build values of any size (repeat, lpad, replace, regexp_replace, list_concat, range...),
+#: run in more than linear time (levenshtein, list_sort...), read files or settings -- is refused.
+ALLOWED_FUNCTIONS = frozenset({
+    # strings (linear in their input)
+    "LOWER", "UPPER", "TOLOWER", "TOUPPER", "LCASE", "UCASE", "TRIM", "LTRIM", "RTRIM", "SIZE",
+    "STARTS_WITH", "ENDS_WITH", "CONTAINS", "PREFIX", "SUFFIX", "SUBSTRING", "SUBSTR", "LEFT", "RIGHT",
+    "SPLIT_PART", "REGEXP_MATCHES", "REGEXP_FULL_MATCH", "CONCAT", "STRING", "TO_STRING", "CAST",
+    # nulls
+    "COALESCE", "IFNULL", "NULLIF",
+    # nodes, relationships, paths
+    "ID", "LABEL", "LABELS", "NODES", "RELS", "RELATIONSHIPS", "PROPERTIES", "START_NODE", "END_NODE",
+    "LENGTH", "IS_TRAIL", "IS_ACYCLIC",
+    # lists: membership and picking
+    "LIST_CONTAINS", "LIST_HAS", "ARRAY_CONTAINS", "ARRAY_HAS", "LIST_HAS_ANY", "LIST_HAS_ALL",
+    "LIST_ELEMENT", "LIST_EXTRACT", "LIST_POSITION", "LIST_INDEXOF", "LIST_DISTINCT", "LIST_UNIQUE",
+    "LIST_MIN", "LIST_MAX", "ALL", "ANY", "NONE", "SINGLE",
+    # aggregation
+    "COUNT", "COLLECT", "MIN", "MAX", "SUM", "AVG",
 })
+#: Words followed by '(' that are syntax, not calls (``WHERE (a)-->(b)``, ``NOT (x)``, ...).
+_NOT_CALLS = frozenset({
+    "MATCH", "OPTIONAL", "WHERE", "AND", "OR", "XOR", "NOT", "RETURN", "WITH", "UNWIND", "IN", "AS",
+    "DISTINCT", "CASE", "WHEN", "THEN", "ELSE", "END", "ORDER", "BY", "SKIP", "LIMIT", "UNION", "IS",
+    "STARTS", "ENDS", "ASC", "DESC", "ASCENDING", "DESCENDING", "EXISTS", "NULL", "TRUE", "FALSE",
+})
+#: Concatenations multiply what they are fed when chained through WITH (``WITH a + a AS a`` thirty
+#: times is 2**30 times the input). A clause with c of them (``+`` or concat()) grows a value at most
+#: c + 1 fold; the product over the filter's clauses may not exceed ``MAX_GROWTH``.
+CONCAT_FUNCTIONS = frozenset({"CONCAT"})
 MAX_GROWTH = 64
 
 # Clause and statement keywords that write, read files, load code or manage transactions.
@@ -89,26 +167,6 @@ TABLE_KINDS = {
     "Measure": "measure", "Aggregation": "aggregation",
 }
 
-_NODE_COLUMNS = {
-    "Memory": ("id", "learning", "description"),
-    "Datasource": ("id", "name", "description"),
-    "Model": ("id", "name", "description"),
-    "ModelColumn": ("id", "name", "data_type", "description"),
-    "Measure": ("id", "name", "description"),
-    "Aggregation": ("id", "name", "description"),
-}
-_REL_PAIRS = {
-    "MENTIONS": tuple(("Memory", t) for t in
-                      ("Datasource", "Model", "ModelColumn", "Measure", "Aggregation", "Memory")),
-    "CONTAINS": (("Datasource", "Model"), ("Model", "ModelColumn"), ("Model", "Measure"),
-                 ("Model", "Aggregation")),
-    "JOINS": (("Model", "Model"),),
-}
-_REL_PROPS = {"JOINS": ("cardinality",)}
-
-# Node sets up to this size are created with one UNWIND statement, larger ones with COPY (UNWIND
-# costs ~20 us a row, COPY ~2 us a row plus ~1.5 ms a statement; see bench/graph_build.py).
-_UNWIND_MAX_ROWS = 100
 # An update whose touched units weigh (in rows) more than this share of the graph is replaced by a
 # rebuild: deleting and re-linking costs two to three times as much per row as a bulk load.
 _REBUILD_SHARE = 0.3
@@ -213,17 +271,18 @@ def validate_cypher(text: str) -> str:
             raise CypherFilterError(
                 f"cypher_filter must be read-only; the keyword {tok.text.upper()} is not allowed "
                 f"(offset {tok.start}).")
-        called = _name(tok).upper() if tok.kind in ("ident", "qident") and i + 1 < len(toks) \
-            and toks[i + 1].text == "(" else None
-        if called in AMPLIFYING_FUNCTIONS:
+        called = _call_name(toks, i)
+        if called is not None and called not in ALLOWED_FUNCTIONS:
             raise CypherFilterError(
-                f"cypher_filter may not call {called.lower()}(): it builds values of any size (offset {tok.start}).")
+                f"cypher_filter may not call {called.lower()}() (offset {tok.start}): only the functions "
+                f"listed in {ALLOWED_FUNCTIONS_DOC} are allowed: "
+                f"{', '.join(sorted(f.lower() for f in ALLOWED_FUNCTIONS))}.")
         if called in CONCAT_FUNCTIONS or (tok.kind == "op" and tok.text == "+"):
             concatenations += 1
     growth *= concatenations + 1
     if growth > MAX_GROWTH:
         raise CypherFilterError(
-            f"cypher_filter chains concatenations ('+', concat(), list_concat(), ...) that can grow a value "
+            f"cypher_filter chains concatenations ('+', concat()) that can grow a value "
             f"{growth}-fold; at most {MAX_GROWTH}-fold is allowed.")
     if not any(a.kind == "ident" and a.text.upper() == "AS" and b.kind in ("ident", "qident")
                and _name(b).lower() == "id" for a, b in zip(toks, toks[1:], strict=False)):
@@ -233,6 +292,19 @@ def validate_cypher(text: str) -> str:
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     return text
+
+
+def _call_name(toks: list[_Tok], i: int) -> str | None:
+    """The upper-cased name of the function ``toks[i]`` calls, or None when it calls nothing (a
+    name not followed by '(', or a keyword such as ``WHERE (a)-->(b)``). A quoted name is a call
+    too: the engine resolves `levenshtein`(...) as it does levenshtein(...)."""
+    tok = toks[i]
+    if tok.kind not in ("ident", "qident") or i + 1 >= len(toks) or toks[i + 1].text != "(":
+        return None
+    name = _name(tok).upper()
+    if tok.kind == "ident" and name in _NOT_CALLS:
+        return None
+    return name
 
 
 def _rewrites(toks: list[_Tok]) -> list[tuple[int, int, str]]:
@@ -501,238 +573,348 @@ class _View:
 _LEAF_RANK = {"Measure": 0, "Aggregation": 1, "ModelColumn": 2}
 
 
-# --------------------------------------------------------------------------- loading
+# --------------------------------------------------------------------------- the child process
 
 
-def _schema_statements() -> Iterator[str]:
-    for table, cols in _NODE_COLUMNS.items():
-        yield f"CREATE NODE TABLE {table}({', '.join(f'{c} STRING' for c in cols)}, PRIMARY KEY(id))"
-    for rel, pairs in _REL_PAIRS.items():
-        props = "".join(f", {p} STRING" for p in _REL_PROPS.get(rel, ()))
-        yield f"CREATE REL TABLE {rel}({', '.join(f'FROM {a} TO {b}' for a, b in pairs)}{props})"
+class _Stopped(Exception):
+    """The child stopped answering: ``reason`` is timeout, cancelled, memory, died or closed."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(reason, detail)
+        self.reason, self.detail = reason, detail
 
 
-def _quote_path(path: Path) -> str:
-    return "'" + str(path).replace("\\", "\\\\").replace("'", "\\'") + "'"
+def _child_env() -> dict[str, str]:
+    """The daemon's environment, with this package first on the path (the child runs this very
+    code, whatever is installed) and glibc held to two malloc arenas (each reserves 64 MiB of
+    address space, which would eat the RLIMIT_AS headroom on a many-core machine)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env["MALLOC_ARENA_MAX"] = "2"
+    return env
 
 
-def _load(conn: Any, rows: _Rows) -> None:
-    """Load rows: edges and large node sets through ``COPY ... FROM`` temporary CSV files, small node
-    sets through one parameterised UNWIND each (cheaper below about a hundred rows). Edges always
-    use COPY: it finds endpoints through the primary-key index, whereas ``UNWIND ... MATCH`` joins
-    against a scan of the whole endpoint table.
-
-    The CSV is fully quoted, so '' stays '' rather than NULL and newlines survive; it is read
-    sequentially because LadybugDB's parallel CSV reader cannot split quoted newlines."""
-    jobs: list[tuple[str, list[tuple[str, ...]], str]] = []
-    for table, lst in rows.nodes.items():
-        if len(lst) <= _UNWIND_MAX_ROWS:
-            _create_nodes(conn, table, lst)
-        else:
-            jobs.append((table, lst, ""))
-    for (rel, src, dst), lst in rows.edges.items():
-        jobs.append((rel, lst, f", from='{src}', to='{dst}'"))
-    jobs = [job for job in jobs if job[1]]
-    if not jobs:
-        return
-    with tempfile.TemporaryDirectory(prefix="slayer-lsp-graph-") as tmp:
-        for n, (table, lst, extra) in enumerate(jobs):  # nodes first: edges look their endpoints up
-            buf = io.StringIO()
-            csv.writer(buf, quoting=csv.QUOTE_ALL).writerows(lst)
-            path = Path(tmp) / f"{n}.csv"
-            path.write_text(_no_nul(buf.getvalue()), encoding="utf-8", errors="replace", newline="")
-            conn.execute(f"COPY {table} FROM {_quote_path(path)} (HEADER=false, PARALLEL=false{extra})")
+_LIMITS = w.Limits(address_space_bytes=CHILD_ADDRESS_SPACE_BYTES, buffer_pool_bytes=BUFFER_POOL_BYTES,
+                   max_db_bytes=BUFFER_POOL_BYTES, threads=GRAPH_THREADS)
+# A reply is at most the ids (counted in UTF-8 bytes by the child) plus msgpack framing per id.
+_MAX_REPLY_BYTES = MAX_ID_BYTES + 8 * MAX_FILTER_ROWS + 65_536
 
 
-def _create_nodes(conn: Any, table: str, lst: list[tuple[str, ...]]) -> None:
-    if not lst:
-        return
-    cols = _NODE_COLUMNS[table]
-    props = ", ".join(f"{c}: r.{c}" for c in cols)
-    conn.execute(f"UNWIND $rows AS r CREATE (:{table} {{{props}}})",
-                 {"rows": [dict(zip(cols, map(_no_nul, row), strict=True)) for row in lst]})
+class _Child:
+    """One worker process and its pipes. Its user holds ``GraphIndex._lock``; ``kill`` may come
+    from any thread (close, a finaliser)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "slayer_lsp.search.graph_worker", msgspec.json.encode(_LIMITS).decode()],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(), close_fds=True,
+            start_new_session=True)  # a Ctrl-C meant for the daemon's terminal is the daemon's to handle
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._out = self.proc.stdin
+        self._fd = self.proc.stdout.fileno()
+        self.pid = self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def call(self, request: w.Request, deadline: float, cancel: threading.Event | None) -> w.Reply:
+        try:
+            self._out.write(w.encode(request))
+            self._out.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            raise _Stopped("died", self._exit()) from None
+        return self.read(deadline, cancel)
+
+    def read(self, deadline: float, cancel: threading.Event | None) -> w.Reply:
+        """The next reply, waited for in short ticks: the daemon's own deadline, the caller's cancel
+        and the child's resident memory are looked at between them; any of them kills the child."""
+        header = self._read_exact(w.HEADER_BYTES, deadline, cancel)
+        length = w.frame_length(header)
+        if length > _MAX_REPLY_BYTES:
+            self.kill()
+            raise _Stopped("died", f"an answer of {length:,} bytes")
+        try:
+            return w.decode_reply(self._read_exact(length, deadline, cancel))
+        except msgspec.DecodeError as exc:
+            self.kill()
+            raise _Stopped("died", f"an unreadable answer ({exc})") from None
+
+    def _read_exact(self, n: int, deadline: float, cancel: threading.Event | None) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            now = time.monotonic()
+            if cancel is not None and cancel.is_set():
+                self.kill()
+                raise _Stopped("cancelled")
+            if now >= deadline:
+                self.kill()
+                raise _Stopped("timeout")
+            rss = self.rss()
+            if rss is not None and rss > CHILD_RSS_BYTES:
+                self.kill()
+                raise _Stopped("memory", f"{rss >> 20} MiB resident")
+            try:
+                ready, _, _ = select.select([self._fd], [], [], min(WATCH_INTERVAL_S, deadline - now))
+            except (OSError, ValueError):
+                raise _Stopped("died", self._exit()) from None
+            if not ready:
+                continue
+            chunk = os.read(self._fd, min(n - len(buf), 1 << 20))
+            if not chunk:
+                raise _Stopped("died", self._exit())
+            buf += chunk
+        return bytes(buf)
+
+    def rss(self) -> int | None:
+        """Resident bytes of the child (Linux; elsewhere only RLIMIT_AS bounds it)."""
+        try:
+            with open(f"/proc/{self.pid}/statm", "rb") as fh:
+                return int(fh.read().split()[1]) * _PAGE
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _exit(self) -> str:
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return "no answer"
+        return f"exit status {code}" if code >= 0 else f"signal {-code}"
+
+    def kill(self, wait: bool = True) -> None:
+        """SIGKILL, then (``wait``) reap: a killed child exits at once. Without ``wait`` nothing
+        blocks (the event loop's shutdown path); the holder of the graph's lock reaps it."""
+        try:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            if wait:
+                self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):  # already reaped, or stuck in the kernel
+            log.debug("graph: killing pid %s", self.pid, exc_info=True)
+
+    def dispose(self) -> None:
+        """Kill and close the pipes (only by the holder of the graph's lock: no read is under way)."""
+        self.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
 
 
-def _no_nul(text: str) -> str:
-    """LadybugDB's CSV reader rejects NUL; it is dropped on both load paths so they agree."""
-    return text.replace("\x00", "") if "\x00" in text else text
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _open_database(view: _View) -> tuple[Any, Any, Any, int]:
-    """A fresh in-memory database holding ``view``: (database, query connection, write connection,
-    number of rows loaded)."""
-    try:
-        import ladybug
-    except Exception as exc:  # noqa: BLE001
-        raise GraphUnavailableError(f"LadybugDB (python package 'ladybug') is not available: {exc}") from exc
-    try:
-        db = ladybug.Database(":memory:", buffer_pool_size=BUFFER_POOL_BYTES)
-        writer = ladybug.Connection(db)
-        reader = ladybug.Connection(db)
-    except Exception as exc:  # noqa: BLE001
-        raise GraphUnavailableError(f"LadybugDB could not start an in-memory database: {exc}") from exc
-    try:
-        for stmt in _schema_statements():
-            writer.execute(stmt)
-        rows = view.emit_all()
-        _load(writer, rows)
-    except Exception as exc:
-        for obj in (reader, writer, db):
-            _close_quietly(obj)
-        raise GraphUnavailableError(f"LadybugDB could not load the graph: {exc}") from exc
-    except BaseException:
-        for obj in (reader, writer, db):
-            _close_quietly(obj)
-        raise
-    return db, reader, writer, len(rows)
+@dataclass
+class _Slot:
+    """The current child, shared with the GraphIndex's finaliser (which must not hold the index)."""
+
+    child: _Child | None = None
+
+
+def _kill_slot(slot: _Slot) -> None:
+    if slot.child is not None:
+        slot.child.kill()
 
 
 # --------------------------------------------------------------------------- the index
 
 
 class GraphIndex:
-    """A live LadybugDB graph of one store, kept in step with catalog snapshots.
+    """A live LadybugDB graph of one store, kept in step with catalog snapshots, held by a child
+    process (see the module docstring).
 
-    All use of the database goes through one lock: queries, updates and close never overlap."""
+    One request at a time goes to the child (``_lock``): queries, updates and counts never overlap.
+    A filter that finds the graph busy waits at most until its own deadline; ``close`` never waits."""
 
-    def __init__(self, db: Any, reader: Any, writer: Any, rows: int, generation: int) -> None:
-        self._db, self._reader, self._writer = db, reader, writer
+    def __init__(self, catalog: Catalog) -> None:
         self._lock = threading.Lock()
+        self._slot = _Slot()
         self._closed = False
-        self._rows = rows  # rows loaded by the last build: the yardstick for rebuild decisions
-        self.generation = generation  # of the catalog the graph reflects
+        self._catalog = catalog  # what the graph reflects: a restarted child is loaded from it
+        self._rows = 0  # rows loaded by the last build: the yardstick for rebuild decisions
+        self.generation = catalog.generation
+        self.restarts = 0  # children started after the first (for checks and the log)
+        weakref.finalize(self, _kill_slot, self._slot)
 
     @classmethod
     def build(cls, catalog: Catalog) -> GraphIndex:
-        """Build the graph of ``catalog`` in bulk. Raises ``GraphUnavailableError``."""
-        return cls(*_open_database(_View(catalog)), catalog.generation)
+        """Start the child and load the graph of ``catalog`` in bulk. Raises ``GraphUnavailableError``."""
+        graph = cls(catalog)
+        with graph._lock:
+            try:
+                graph._start(None)
+            except _Stopped as stop:
+                graph._drop()
+                raise GraphUnavailableError(
+                    f"the graph process stopped while loading ({stop.reason}{', ' if stop.detail else ''}"
+                    f"{stop.detail})") from None
+        return graph
+
+    def _start(self, cancel: threading.Event | None) -> None:
+        """A fresh child holding ``self._catalog``. Raises ``GraphUnavailableError`` (no LadybugDB,
+        or the rows do not load) or ``_Stopped``."""
+        self._drop()
+        try:
+            child = _Child()
+        except OSError as exc:
+            raise GraphUnavailableError(f"the graph process could not start: {exc}") from exc
+        self._slot.child = child
+        hello = child.read(time.monotonic() + START_TIMEOUT_S, cancel)
+        if isinstance(hello, w.Failed):
+            self._drop()
+            raise GraphUnavailableError(hello.message)
+        rows = _View(self._catalog).emit_all()
+        reply = child.call(w.Build(*_wire_rows(rows), cpu_s=int(BUILD_TIMEOUT_S) * GRAPH_THREADS),
+                           time.monotonic() + BUILD_TIMEOUT_S, cancel)
+        if isinstance(reply, w.Failed):
+            self._drop()
+            raise GraphUnavailableError(f"LadybugDB could not load the graph: {reply.message}")
+        self._rows = len(rows)
+        self.generation = self._catalog.generation
+
+    def _drop(self) -> None:
+        """Forget the current child (killed); the next request starts a fresh one."""
+        child, self._slot.child = self._slot.child, None
+        if child is not None:
+            child.dispose()
+
+    def _ready_child(self, cancel: threading.Event | None) -> _Child:
+        """The live child, restarted from the current catalog if it was killed or died."""
+        child = self._slot.child
+        if child is not None and child.alive:
+            return child
+        log.info("graph: starting a fresh graph process")
+        self.restarts += 1
+        try:
+            self._start(cancel)
+        except GraphUnavailableError as exc:
+            raise CypherFilterError(f"the cypher_filter graph could not be restarted: {exc}") from None
+        except _Stopped as stop:
+            self._drop()
+            raise CypherFilterError(_stopped_message(stop, None)) from None
+        assert self._slot.child is not None
+        return self._slot.child
 
     # ------------------------------------------------------------------ updates
 
     def apply(self, catalog: Catalog, delta: Delta) -> str:
         """Bring the graph to ``catalog``, touching only the units named by ``delta``; returns what
-        was done: "unchanged", "incremental" or "rebuilt"."""
+        was done: "unchanged", "incremental" or "rebuilt" (a rebuild is left to the next request,
+        which loads a fresh child from ``catalog``)."""
         touched: dict[str, set[str]] = {"datasource": set(), "model": set(), "memory": set()}
         for canonical in delta.touched:
             kind, unit = _unit(canonical)
             touched[kind].add(unit)
-        with self._lock:
+        with self._lock:  # a running filter holds it until its deadline at most
             self._check_open()
-            if not any(touched.values()):
-                self.generation = catalog.generation
-                return "unchanged"
-            view = _View(catalog)
-            weight = sum(view.weight(kind, unit) for kind, units in touched.items() for unit in units)
-            if weight > _REBUILD_SHARE * self._rows:
-                self._rebuild(view)
-                outcome = "rebuilt"
-            else:
-                try:
-                    self._apply_units(view, touched)
-                    outcome = "incremental"
-                except Exception:  # noqa: BLE001 - a failed patch must not leave a half-updated graph
-                    log.exception("graph: incremental update failed; rebuilding")
-                    self._rebuild(view)
-                    outcome = "rebuilt"
+            self._catalog = catalog
+            outcome = self._apply_locked(catalog, touched)
             self.generation = catalog.generation
             return outcome
 
-    def _rebuild(self, view: _View) -> None:
-        old = (self._reader, self._writer, self._db)
-        self._db, self._reader, self._writer, self._rows = _open_database(view)
-        for obj in old:
-            _close_quietly(obj)
-
-    def _apply_units(self, view: _View, touched: dict[str, set[str]]) -> None:
-        conn = self._writer
+    def _apply_locked(self, catalog: Catalog, touched: dict[str, set[str]]) -> str:
+        if not any(touched.values()):
+            return "unchanged"
+        child = self._slot.child
+        if child is None or not child.alive:
+            self._drop()
+            return "rebuilt"
+        view = _View(catalog)
+        weight = sum(view.weight(kind, unit) for kind, units in touched.items() for unit in units)
+        if weight > _REBUILD_SHARE * self._rows:
+            self._drop()
+            return "rebuilt"
         memories, models, datasources = (sorted(touched[k]) for k in ("memory", "model", "datasource"))
-        # DETACH DELETE also drops every edge into the removed nodes; those from untouched units are
-        # re-created below from the new catalog.
-        if memories:
-            conn.execute("MATCH (n:Memory) WHERE n.id IN $ids DETACH DELETE n", {"ids": memories})
-        if models:
-            conn.execute("MATCH (m:Model)-[:CONTAINS]->(n) WHERE m.id IN $ids DETACH DELETE n", {"ids": models})
-            conn.execute("MATCH (m:Model) WHERE m.id IN $ids DETACH DELETE m", {"ids": models})
-        if datasources:
-            conn.execute("MATCH (n:Datasource) WHERE n.id IN $ids DETACH DELETE n", {"ids": datasources})
-
-        rows = _Rows()
-        for name in datasources:
-            view.emit_datasource(name, rows)
-        for mid in models:
-            view.emit_model(mid, rows)
-        for ref in memories:
-            view.emit_memory(ref, rows)
-        # Edges from untouched units into touched ones.
-        for name in datasources:
-            if name in view.datasources:
-                for mid in view.catalog.children(name):
-                    if mid in view.models and mid not in touched["model"]:
-                        rows.edge("CONTAINS", "Datasource", "Model", (name, mid))
-        if models:
-            for mid, model in view.models.items():
-                if mid in touched["model"]:
-                    continue
-                ds = mid.split(".", 1)[0]
-                for join in model.joins:
-                    target = f"{ds}.{join.target_model}"
-                    if target in touched["model"] and target in view.models:
-                        rows.edge("JOINS", "Model", "Model", (mid, target, join.cardinality or ""))
-        exact = touched["memory"] | touched["datasource"] | touched["model"]
-        below = tuple(mid + "." for mid in models)  # the leaves of a touched model
-        for memory_id, memory in view.memories.items():
-            ref = MEMORY_PREFIX + memory_id
-            if ref in touched["memory"]:
-                continue
-            into = [tag for tag in memory.entities if tag in exact or tag.startswith(below)]
-            if into:
-                view.emit_mentions(ref, into, rows)
-        _load(conn, rows)
+        rows = _unit_rows(view, touched, memories, models, datasources)
+        try:
+            reply = child.call(w.Apply(memories, models, datasources, *_wire_rows(rows),
+                                       cpu_s=int(BUILD_TIMEOUT_S) * GRAPH_THREADS),
+                               time.monotonic() + BUILD_TIMEOUT_S, None)
+        except _Stopped as stop:
+            reply = w.Failed(stop.reason, stop.detail)
+        if isinstance(reply, w.Failed):  # a failed patch must not leave a half-updated graph
+            log.warning("graph: incremental update failed (%s: %s); the next filter rebuilds it",
+                        reply.reason, reply.message[:500])
+            self._drop()
+            return "rebuilt"
+        return "incremental"
 
     # ------------------------------------------------------------------ queries
 
-    def run(self, cypher: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> frozenset[str]:
+    def run(self, cypher: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+            cancel: threading.Event | None = None) -> frozenset[str]:
         """The ids returned by a validated ``cypher_filter``. Raises ``CypherFilterError`` when the
-        filter is refused, fails or runs longer than ``timeout_s``."""
+        filter is refused, fails, is cancelled (``cancel`` set) or runs longer than ``timeout_s``
+        (waiting for another filter included; restarting a killed child is not)."""
         text = validate_cypher(cypher)
-        timeout_ms = max(1, int(timeout_s * 1000))
         deadline = time.monotonic() + timeout_s
-        with self._lock:
+        self._acquire(deadline, cancel, timeout_s)
+        try:
             self._check_open()
-            conn = self._reader
-            conn.set_query_timeout(timeout_ms)
-            try:
-                result = conn.execute(text)
-            except Exception as exc:  # noqa: BLE001 - the engine reports everything as RuntimeError
-                message = str(exc).strip()
-                if message.lower().startswith("interrupted"):
-                    raise CypherFilterError(
-                        f"cypher_filter timed out after {timeout_s:g} s; narrow the pattern or "
-                        f"shorten variable-length paths.") from None
-                if "buffer pool is full" in message.lower():
-                    raise CypherFilterError(
-                        f"cypher_filter needs more than the {BUFFER_POOL_BYTES >> 20} MiB the graph may use; "
-                        f"narrow the pattern or return fewer, smaller values.") from None
-                raise CypherFilterError(f"cypher_filter failed: {message}") from None
-            if isinstance(result, list):  # cannot happen after validation; never trust it either
-                for r in result:
-                    r.close()
-                raise CypherFilterError("cypher_filter must be a single statement.")
-            try:
-                return _collect_ids(result, deadline, timeout_s)
-            finally:
-                result.close()
+            for attempt in (1, 2):
+                t0 = time.monotonic()
+                child = self._ready_child(cancel)
+                deadline += time.monotonic() - t0  # a restart is the graph's time, not the filter's
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CypherFilterError(_timeout_message(timeout_s))
+                query = w.Query(text, timeout_ms=max(1, int(remaining * 1000)), max_rows=MAX_FILTER_ROWS,
+                                max_id_bytes=MAX_ID_BYTES, cpu_s=CHILD_CPU_S)
+                try:
+                    reply = child.call(query, deadline + KILL_GRACE_S, cancel)
+                except _Stopped as stop:
+                    self._drop()
+                    if self._closed:
+                        raise CypherFilterError("the cypher_filter graph has been closed.") from None
+                    log.warning("graph: cypher_filter stopped (%s %s); the graph process is replaced",
+                                stop.reason, stop.detail)
+                    if stop.reason == "died" and attempt == 1:
+                        # Killed by someone else (an OOM killer, an operator) or by its own limits:
+                        # once more in a fresh child, within the same deadline.
+                        continue
+                    raise CypherFilterError(_stopped_message(stop, timeout_s)) from None
+                if isinstance(reply, w.Failed):
+                    if reply.reason == "memory":  # the engine survived it; a fresh child surely has
+                        self._drop()
+                    raise CypherFilterError(_failed_message(reply, timeout_s))
+                return frozenset(reply.ids)
+            raise AssertionError("unreachable")  # pragma: no cover
+        finally:
+            self._lock.release()
+
+    def _acquire(self, deadline: float, cancel: threading.Event | None, timeout_s: float) -> None:
+        """Take the graph, waiting for a running filter at most until ``deadline``."""
+        while not self._lock.acquire(timeout=WATCH_INTERVAL_S):
+            self._check_open()
+            if cancel is not None and cancel.is_set():
+                raise CypherFilterError("cypher_filter was cancelled.")
+            if time.monotonic() >= deadline:
+                raise CypherFilterError(
+                    f"cypher_filter timed out after {timeout_s:g} s waiting for another cypher_filter to finish.")
 
     def counts(self) -> dict[str, int]:
         """Rows per node and relationship table (for checks and benchmarks)."""
-        out: dict[str, int] = {}
         with self._lock:
             self._check_open()
-            for table in _NODE_COLUMNS:
-                out[table] = self._writer.execute(f"MATCH (n:{table}) RETURN count(*)").get_next()[0]
-            for rel in _REL_PAIRS:
-                out[rel] = self._writer.execute(f"MATCH ()-[r:{rel}]->() RETURN count(*)").get_next()[0]
-        return out
+            child = self._ready_child(None)
+            try:
+                reply = child.call(w.Counts(cpu_s=CHILD_CPU_S), time.monotonic() + BUILD_TIMEOUT_S, None)
+            except _Stopped as stop:
+                self._drop()
+                raise CypherFilterError(_stopped_message(stop, None)) from None
+            if isinstance(reply, w.Failed):
+                raise CypherFilterError(f"counting the graph failed: {reply.message}")
+            return dict(reply.counts)
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None while there is none)."""
+        child = self._slot.child
+        return child.pid if child is not None else None
 
     # ------------------------------------------------------------------ lifetime
 
@@ -740,13 +922,22 @@ class GraphIndex:
         if self._closed:
             raise CypherFilterError("the cypher_filter graph has been closed.")
 
+    def abort(self) -> None:
+        """Kill the child now, from any thread and without waiting for the graph: a running filter
+        fails at once, the next one starts a fresh child. For cancel and shutdown paths."""
+        child = self._slot.child
+        if child is not None:
+            child.kill(wait=False)
+
     def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            for obj in (self._reader, self._writer, self._db):
-                _close_quietly(obj)
+        """Kill the child and refuse further requests; never waits for a running filter."""
+        self._closed = True
+        self.abort()
+        if self._lock.acquire(blocking=False):  # else the filter holding it cleans up
+            try:
+                self._drop()
+            finally:
+                self._lock.release()
 
     def __enter__(self) -> GraphIndex:
         return self
@@ -755,42 +946,87 @@ class GraphIndex:
         self.close()
 
 
-def _collect_ids(result: Any, deadline: float, timeout_s: float) -> frozenset[str]:
-    """The ids of a result, read within ``MAX_FILTER_ROWS`` rows and the query's deadline (the
-    engine's timeout ends at execute(); reading the rows is ours)."""
-    names: list[str] = result.get_column_names()
-    lowered = [n.lower() for n in names]
-    if "id" in names:
-        idx = names.index("id")
-    elif "id" in lowered:
-        idx = lowered.index("id")
-    else:
-        raise CypherFilterError(f"cypher_filter must return a column named id; it returned {names!r}.")
-    ids: set[str] = set()
-    rows = 0
-    while result.has_next():
-        rows += 1
-        if rows > MAX_FILTER_ROWS:
-            raise CypherFilterError(
-                f"cypher_filter returned more than {MAX_FILTER_ROWS:,} rows; return each id once "
-                f"(RETURN DISTINCT n.id AS id) or narrow the pattern.")
-        if rows % 4096 == 0 and time.monotonic() > deadline:
-            raise CypherFilterError(
-                f"cypher_filter timed out after {timeout_s:g} s; narrow the pattern or shorten "
-                f"variable-length paths.")
-        value = result.get_next()[idx]
-        if value is None:
+def _wire_rows(rows: _Rows) -> tuple[dict[str, list[list[str]]], list[w.EdgeRows]]:
+    nodes = {table: [list(r) for r in lst] for table, lst in rows.nodes.items()}
+    edges = [w.EdgeRows(rel, src, dst, [list(r) for r in lst]) for (rel, src, dst), lst in rows.edges.items()]
+    return nodes, edges
+
+
+def _unit_rows(view: _View, touched: dict[str, set[str]], memories: list[str], models: list[str],
+               datasources: list[str]) -> _Rows:
+    """The rows that replace the touched units: their own nodes and edges, and the edges from
+    untouched units into them (deleting a node drops every edge into it)."""
+    rows = _Rows()
+    for name in datasources:
+        view.emit_datasource(name, rows)
+    for mid in models:
+        view.emit_model(mid, rows)
+    for ref in memories:
+        view.emit_memory(ref, rows)
+    for name in datasources:
+        if name in view.datasources:
+            for mid in view.catalog.children(name):
+                if mid in view.models and mid not in touched["model"]:
+                    rows.edge("CONTAINS", "Datasource", "Model", (name, mid))
+    if models:
+        for mid, model in view.models.items():
+            if mid in touched["model"]:
+                continue
+            ds = mid.split(".", 1)[0]
+            for join in model.joins:
+                target = f"{ds}.{join.target_model}"
+                if target in touched["model"] and target in view.models:
+                    rows.edge("JOINS", "Model", "Model", (mid, target, join.cardinality or ""))
+    exact = touched["memory"] | touched["datasource"] | touched["model"]
+    below = tuple(mid + "." for mid in models)  # the leaves of a touched model
+    for memory_id, memory in view.memories.items():
+        ref = MEMORY_PREFIX + memory_id
+        if ref in touched["memory"]:
             continue
-        if isinstance(value, (dict, list)):
-            raise CypherFilterError(
-                "the id column of cypher_filter must hold ids (e.g. 'RETURN n.id AS id'), not nodes, "
+        into = [tag for tag in memory.entities if tag in exact or tag.startswith(below)]
+        if into:
+            view.emit_mentions(ref, into, rows)
+    return rows
+
+
+def _timeout_message(timeout_s: float | None) -> str:
+    after = f" after {timeout_s:g} s" if timeout_s is not None else ""
+    return f"cypher_filter timed out{after}; narrow the pattern or shorten variable-length paths."
+
+
+def _memory_message() -> str:
+    return (f"cypher_filter needs more than the {CHILD_RSS_BYTES >> 20} MiB the graph may use; "
+            f"narrow the pattern or return fewer, smaller values.")
+
+
+def _stopped_message(stop: _Stopped, timeout_s: float | None) -> str:
+    if stop.reason == "timeout":
+        return _timeout_message(timeout_s)
+    if stop.reason == "cancelled":
+        return "cypher_filter was cancelled."
+    if stop.reason == "memory":
+        return _memory_message()
+    if stop.reason == "closed":
+        return "the cypher_filter graph has been closed."
+    return (f"cypher_filter stopped the graph process ({stop.detail or 'it died'}): it went past the "
+            f"graph's memory or CPU limit; narrow the pattern.")
+
+
+def _failed_message(reply: w.Failed, timeout_s: float) -> str:
+    reason, message = reply.reason, reply.message[:1000]
+    if reason == "timeout":
+        return _timeout_message(timeout_s)
+    if reason == "memory":
+        return _memory_message()
+    if reason == "rows":
+        return (f"cypher_filter returned more than {MAX_FILTER_ROWS:,} rows; return each id once "
+                f"(RETURN DISTINCT n.id AS id) or narrow the pattern.")
+    if reason == "ids":
+        return (f"cypher_filter returned more than {MAX_ID_BYTES >> 20} MiB of ids; return ids "
+                f"(RETURN n.id AS id), not values built from them.")
+    if reason == "column":
+        return f"cypher_filter must return a column named id; it returned {message}."
+    if reason == "value":
+        return ("the id column of cypher_filter must hold ids (e.g. 'RETURN n.id AS id'), not nodes, "
                 "relationships or lists.")
-        ids.add(str(value))
-    return frozenset(ids)
-
-
-def _close_quietly(obj: Any) -> None:
-    try:
-        obj.close()
-    except Exception:  # noqa: BLE001 - closing a dead handle must not mask the real work
-        log.debug("graph: close failed", exc_info=True)
+    return f"cypher_filter failed: {message}"

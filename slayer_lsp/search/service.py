@@ -221,20 +221,38 @@ class SearchIndexes:
             return self._lexicon
 
     def graph(self, catalog: Catalog):  # -> GraphIndex
+        """The graph of ``catalog``, built on the first cypher_filter and brought up to date on each
+        one after. Neither the build nor the update holds the indexes' lock: an update waits for a
+        running filter, which must not hold up the searches that use no graph."""
         with self._lock:
-            if self._graph is not None and self._graph_pending:
-                try:
-                    self._graph.apply(catalog, Delta(changed=self._graph_pending))
-                except Exception as exc:  # a broken graph is rebuilt, never fatal
-                    log.warning("graph update failed, rebuilding: %s", exc)
-                    self._graph = None
-                self._graph_pending = frozenset()
-            if self._graph is None:
-                from slayer_lsp.search.graph import GraphIndex
+            graph, pending = self._graph, self._graph_pending
+            self._graph_pending = frozenset()
+        if graph is None:
+            from slayer_lsp.search.graph import GraphIndex
 
-                self._graph = GraphIndex.build(catalog)
-            return self._graph
+            built = GraphIndex.build(catalog)
+            with self._lock:
+                if self._graph is None:
+                    self._graph = built
+                    return built
+                graph = self._graph  # another request built it meanwhile
+            built.close()
+        if pending:  # a failed update leaves the graph to be rebuilt by the filter that follows
+            graph.apply(catalog, Delta(changed=pending))
+        return graph
 
+    def close_graph(self) -> None:
+        """Stop the graph's process (engine close); it is shared by every snapshot of the engine."""
+        with self._lock:
+            graph, self._graph = self._graph, None
+        if graph is not None:
+            graph.close()
+
+    def abort_graph(self) -> None:
+        """Kill the graph's process without waiting for anything (a running filter fails at once)."""
+        graph = self._graph
+        if graph is not None:
+            graph.abort()
 
     def scoped_memory_ids(self, catalog: Catalog, datasource: str | None) -> frozenset[str]:
         return self._cached(("memory ids", datasource),
@@ -516,8 +534,10 @@ def _validate(params: SearchParams, catalog: Catalog) -> tuple[int, str | None, 
     return max_results, ds, warnings
 
 
-def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> SearchResponse:
-    """Answer one search: the shared steps, then the chosen ranking, then the narrowing by score."""
+def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams,
+           cancel: threading.Event | None = None) -> SearchResponse:
+    """Answer one search: the shared steps, then the chosen ranking, then the narrowing by score.
+    ``cancel``, once set, stops a running cypher_filter (the request was cancelled)."""
     max_results, ds, warnings = _validate(params, catalog)
     question = params.question
     if question is not None and len(question) > MAX_QUESTION_CHARS:
@@ -529,7 +549,7 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams) -> Se
     channel1 = bool(params.entities) or params.query is not None
     has_question = bool(question and question.strip())
 
-    candidate_ids, kind_filter = _apply_cypher(catalog, indexes, params.cypher_filter, warnings)
+    candidate_ids, kind_filter = _apply_cypher(catalog, indexes, params.cypher_filter, warnings, cancel)
     if params.kinds is not None:
         kind_filter = set(params.kinds) if kind_filter is None else kind_filter & set(params.kinds)
     if candidate_ids is not None and not candidate_ids:
@@ -649,8 +669,8 @@ def _entity_allow(candidate_ids: frozenset[str] | None, kind_filter: set[str] | 
     return frozenset(c for c in candidate_ids if not is_memory_ref(c))
 
 
-def _apply_cypher(catalog: Catalog, indexes: SearchIndexes, cypher: str | None,
-                  warnings: list[str]) -> tuple[frozenset[str] | None, set[str] | None]:
+def _apply_cypher(catalog: Catalog, indexes: SearchIndexes, cypher: str | None, warnings: list[str],
+                  cancel: threading.Event | None = None) -> tuple[frozenset[str] | None, set[str] | None]:
     """Run the cypher filter: an id allowlist from the graph, or (graph unavailable) a kind filter
     from the naive label form."""
     if cypher is None:
@@ -664,11 +684,13 @@ def _apply_cypher(catalog: Catalog, indexes: SearchIndexes, cypher: str | None,
             raise SearchError(f"cypher_filter rejected: {exc}") from exc
         try:
             graph = indexes.graph(catalog)
+        except CypherFilterError as exc:  # the graph was closed under us (shutdown)
+            raise SearchError(f"cypher_filter rejected: {exc}") from exc
         except ImportError as exc:
             log.warning("LadybugDB unavailable, using the label-only cypher fallback: %s", exc)
         else:
             try:
-                return frozenset(graph.run(cypher)), None
+                return frozenset(graph.run(cypher, cancel=cancel)), None
             except CypherFilterError as exc:
                 raise SearchError(f"cypher_filter rejected: {exc}") from exc
     kinds = parse_label_filter(cypher)
