@@ -229,6 +229,10 @@ def run_check(paths: list[str], storage: str | None, cwd: str | None = None, sco
             found = diagnose_file(path, kind, catalog, location)
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"{path}: cannot be read: {exc}") from exc
+        except RecursionError:  # nested past what the editor's parser follows (the store reader refuses it too)
+            results.append(Result(_display(path, cwd), 1, 1, 1, 1, "error", "invalid-yaml",
+                                  "nested too deeply to be analysed", DOC_SOURCE))
+            continue  # not covered: the store's own finding about this file stays
         covered.add(path)
         results.extend(_result(path, x.span, x.severity, x.code, x.message, DOC_SOURCE, cwd) for x in found)
     for f in check_store(catalog):

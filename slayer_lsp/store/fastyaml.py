@@ -67,10 +67,16 @@ def load(text: str) -> Any:
     try:
         return _load_events(text)
     except _Defer:
-        bounds = _Bounds()
-        for ev in yaml.parse(text, Loader=_Loader):
-            bounds.see(ev)
+        check_bounds(text)
         return _timestamps_as_text(yaml.load(text, Loader=_Loader))
+
+
+def check_bounds(text: str) -> None:
+    """Raise ``LimitError`` when the document nests too deeply or its aliases expand too far (for
+    callers that hand the text to another YAML loader or composer)."""
+    bounds = _Bounds()
+    for ev in yaml.parse(text, Loader=_Loader):
+        bounds.see(ev)
 
 
 class _Bounds:
