@@ -39,8 +39,8 @@ class LimitError(ValueError):
     """A document exceeds one of the bounds above (its message says which and where)."""
 
 
-_JSON_OUTSIDE = re.compile(r"[^\[\]{}]+")
-_JSON_PAIR = re.compile(r"\[\]|\{\}")
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_JSON_PAIR = re.compile(rb"\[\]|\{\}")
 
 
 def check_json_nesting(text: str, limit: int = MAX_NESTING) -> None:
@@ -53,11 +53,12 @@ def check_json_nesting(text: str, limit: int = MAX_NESTING) -> None:
     if text.count("[") + text.count("{") <= limit:
         return
     plain = text.replace("\\\\", "").replace('\\"', "")
-    brackets = _JSON_OUTSIDE.sub("", "".join(plain.split('"')[0::2]))
+    outside = "".join(plain.split('"')[0::2]).encode("utf-8", "surrogatepass")
+    brackets = outside.translate(None, _NOT_BRACKETS)
     for _ in range(limit):
         if not brackets:
             return
-        reduced = _JSON_PAIR.sub("", brackets)
+        reduced = _JSON_PAIR.sub(b"", brackets)
         if reduced == brackets:  # unbalanced: malformed JSON, which the decoder refuses on its own
             if len(brackets) <= limit:
                 return
