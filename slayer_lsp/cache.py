@@ -13,6 +13,10 @@ The cache is never trusted blindly: each file carries a format version and the s
 the manifest must name the index's current commit, and anything that fails to decode or disagrees
 is discarded and rebuilt. Writes go to a temporary file replaced atomically, so a crash leaves the
 old cache or the new one, never half of one.
+
+The cache is an optimisation, never a dependency: a file that cannot be written (full disk, a value
+the encoder refuses, larger than ``MAX_CACHE_BYTES``) is skipped with a warning and the process serves
+from memory; a file that is too large or does not decode at load is discarded and rebuilt.
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ from pathlib import Path
 import msgspec
 
 from slayer_lsp.store import documents as d
+from slayer_lsp.store.limits import MAX_CACHE_BYTES
 from slayer_lsp.store.locate import StoreLocation
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: documents bounded by store.limits (a cache of format 1 may hold unbounded ones)
 
 
 def cache_dir(location: StoreLocation) -> Path | None:
@@ -95,33 +100,41 @@ class StoreCache:
     def _read(self, name: str, typ: type):  # noqa: ANN205
         path = self.root / name
         try:
+            if path.stat().st_size > MAX_CACHE_BYTES:  # never loaded (nor kept: it would only grow)
+                log.warning("discarding a cache file larger than %d bytes: %s", MAX_CACHE_BYTES, path)
+                path.unlink()
+                return None
             data = path.read_bytes()
         except OSError:
             return None
         try:
             value = msgspec.msgpack.decode(data, type=typ)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.warning("discarding a broken cache file %s: %s", path, exc)
+        except Exception as exc:  # noqa: BLE001 - undecodable, too deep, out of memory: rebuilt, never fatal
+            log.warning("discarding a broken cache file %s: %s: %s", path, type(exc).__name__, exc)
             return None
         if value.format != FORMAT or value.store != self.ident:
             return None
         return value
 
     def _write(self, name: str, value: object) -> None:
+        """Write one cache file, or skip it with a warning (the caller goes on without it)."""
+        tmp: str | None = None
         try:
+            data = msgspec.msgpack.encode(value)
+            if len(data) > MAX_CACHE_BYTES:
+                raise ValueError(f"{len(data)} bytes, more than the cache's limit of {MAX_CACHE_BYTES}")
             self.root.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.{os.getpid()}.", dir=self.root)
             with os.fdopen(fd, "wb") as fh:
-                fh.write(msgspec.msgpack.encode(value))
+                fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.root / name)
-        except OSError as exc:  # a full disk or a read-only home: run without a cache
-            log.warning("cannot write cache %s: %s", self.root / name, exc)
-            try:
-                os.unlink(tmp)  # type: ignore[possibly-undefined]
-            except (OSError, UnboundLocalError):
-                pass
+        except Exception as exc:  # noqa: BLE001 - full disk, read-only home, a value the encoder refuses
+            log.warning("cannot write cache %s: %s: %s", self.root / name, type(exc).__name__, exc)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
     # -------------------------------------------------------------- parsed documents
 

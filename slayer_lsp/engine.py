@@ -136,7 +136,7 @@ class Engine:
                 indexes.dense = self._dense_view(full)
                 self._restrict_dense(catalog)
                 if read.fatal is None:
-                    self._reader.save_cache()
+                    self._save_caches(search=None)
                     self._built = True
                 delta = Delta(added=frozenset(catalog.entities))
             else:
@@ -291,12 +291,20 @@ class Engine:
             if self._compact_timer is not None:
                 self._compact_timer.cancel()
             if self._state is not None and self.catalog.fatal is None:
-                self._reader.save_cache()
-                self._state.search.save_cache()  # type: ignore[attr-defined]
+                self._save_caches(search=self._state.search)
             if self.dense is not None:
                 self.dense.close()
             if self._state is not None:
                 self._state.search.close_graph()  # type: ignore[attr-defined]
+
+    def _save_caches(self, search: object | None) -> None:
+        """Record the on-disk caches; one that cannot be written is skipped (served from memory)."""
+        try:
+            self._reader.save_cache()
+            if search is not None:
+                search.save_cache()  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - the cache is an optimisation, never a failure
+            log.warning("cannot record the on-disk caches (%s: %s); serving from memory", type(exc).__name__, exc)
 
     def compact(self) -> bool:
         """Rebuild the full-text indexes so their statistics match a fresh build; requests keep

@@ -19,6 +19,7 @@ from slayer_lsp.analysis.hover import hides
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import memory_ref
 from slayer_lsp.store.reader import Source
+from slayer_lsp.store.safefs import read_text_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +59,8 @@ class _FileCache:
             hit = self._data.get(path)
             if hit is not None and hit[0] == key:
                 return hit[1]
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError):
+        text = read_text_file(path)  # a store file swapped for a FIFO or a link is not followed
+        if text is None:
             return None
         with self._lock:
             if len(self._data) >= self.size:

@@ -21,7 +21,6 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from slayer_lsp.analysis import diagnostics as diag
@@ -32,6 +31,7 @@ from slayer_lsp.catalog.ids import memory_ref
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.locate import StoreLocation
 from slayer_lsp.store.reader import PRIORITY_KEY, DocKey, LoadIssue, Source
+from slayer_lsp.store.safefs import read_text_file
 
 ERROR, WARNING, INFORMATION = diag.ERROR, diag.WARNING, diag.INFORMATION
 
@@ -109,9 +109,8 @@ class _Files:
 
     @staticmethod
     def _compose(path: str, front_matter: bool) -> tuple[Text, Node] | None:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+        text = read_text_file(path)  # a store file swapped for a FIFO or a link is not followed
+        if text is None:
             return None
         source = text
         if front_matter:  # compose the front matter in place so offsets stay those of the file

@@ -17,6 +17,9 @@ from typing import Any
 
 import yaml
 
+from slayer_lsp.store import fastyaml
+from slayer_lsp.store.limits import LimitError
+
 try:  # PyYAML's C loader; its marks count code points like Python strings
     _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover
@@ -179,7 +182,16 @@ def _from_yaml(node: Any, text: str) -> Node:
 def compose_yaml(text: str) -> tuple[Node, SyntaxIssue | None, bool]:
     """(tree, problem, composed): PyYAML's tree, or the tolerant scanner's with the YAML error."""
     try:
+        fastyaml.check_bounds(text)  # before a composer expands aliases or recurses into deep nesting
+    except LimitError as exc:
+        mark = re.search(r"\(line (\d+), column \d+\)", str(exc))
+        line = int(mark.group(1)) - 1 if mark else 0
+        return None, SyntaxIssue(Span(line, 0, 0), "invalid-yaml", f"invalid YAML: {exc}"), False
+    except yaml.YAMLError:
+        pass  # reported below, with the tolerant scanner's tree
+    try:
         node = yaml.compose(text, Loader=_Loader)
+        tree = _from_yaml(node, text) if node is not None else None  # recursive: deep nesting fails here
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line if mark is not None else 0
@@ -193,7 +205,7 @@ def compose_yaml(text: str) -> tuple[Node, SyntaxIssue | None, bool]:
         return YamlScanner(text).parse(), SyntaxIssue(span, "invalid-yaml", message), False
     except Exception as exc:  # noqa: BLE001 - recursion limits and the like: the scanner still answers
         return YamlScanner(text).parse(), SyntaxIssue(Span(0, 0, 0), "invalid-yaml", f"invalid YAML: {exc}"), False
-    return _from_yaml(node, text) if node is not None else None, None, True
+    return tree, None, True
 
 
 # ----- tolerant block-YAML scanner (text mid-edit)

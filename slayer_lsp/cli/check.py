@@ -172,9 +172,15 @@ def diagnose_file(path: str, kind: str, catalog: Any, location: Any) -> list[Any
     from slayer_lsp.analysis import diagnostics as diag
     from slayer_lsp.analysis import documents as dm
     from slayer_lsp.analysis.store_checks import is_store_file
+    from slayer_lsp.store.safefs import Refused, read_file
 
-    with open(path, encoding="utf-8", newline="") as fh:  # the editor sees the bytes as they are
-        text = fh.read()
+    root = location.path if location.backend == "yaml" else None
+    try:  # the editor sees the bytes as they are; in the store, the reader's rule (no link, no FIFO)
+        text = read_file(path, root, follow=True).decode("utf-8")
+    except Refused as exc:
+        if root is not None and is_store_file(kind, path, location):
+            return []  # the store's load issue for this path says why
+        raise OSError(f"{path} {exc}") from None
     doc = dm.parse_document(text, kind, path)
     return diag.diagnose(doc, catalog, path=path if is_store_file(kind, path, location) else None)
 
@@ -223,6 +229,10 @@ def run_check(paths: list[str], storage: str | None, cwd: str | None = None, sco
             found = diagnose_file(path, kind, catalog, location)
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"{path}: cannot be read: {exc}") from exc
+        except RecursionError:  # nested past what the editor's parser follows (the store reader refuses it too)
+            results.append(Result(_display(path, cwd), 1, 1, 1, 1, "error", "invalid-yaml",
+                                  "nested too deeply to be analysed", DOC_SOURCE))
+            continue  # not covered: the store's own finding about this file stays
         covered.add(path)
         results.extend(_result(path, x.span, x.severity, x.code, x.message, DOC_SOURCE, cwd) for x in found)
     for f in check_store(catalog):

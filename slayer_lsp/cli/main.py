@@ -293,3 +293,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # noqa: BLE001 - a clear line and exit 2, never a traceback (it is in --verbose-log)
+        logging.getLogger(__name__).debug("internal error", exc_info=True)
+        return _fail(f"internal error: {type(exc).__name__}: {exc}")

@@ -6,6 +6,11 @@ C parser's event stream directly and builds the Python values in one pass, resol
 with exactly the implicit resolvers (YAML 1.1) and constructors of PyYAML's ``SafeLoader``, so the
 result equals ``yaml.safe_load`` (but for timestamps, kept as text). Anything unusual (explicit tags, complex keys, merge keys) defers
 to ``yaml.load`` itself.
+
+Bounded: nesting deeper than ``MAX_NESTING`` (aliases expanded), aliases adding more than
+``MAX_ALIAS_NODES`` nodes once expanded ("billion laughs") and an alias inside the node it names
+(a recursive structure) raise ``LimitError`` as soon as the event stream shows them, on both paths
+(the deferred one is scanned first), before anything large is built.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from yaml.events import (
     SequenceEndEvent,
     SequenceStartEvent,
 )
+
+from slayer_lsp.store.limits import ALIAS_SCALAR_CHARS, MAX_ALIAS_NODES, MAX_NESTING, LimitError
 
 try:
     _Loader: Any = yaml.CSafeLoader
@@ -60,7 +67,72 @@ def load(text: str) -> Any:
     try:
         return _load_events(text)
     except _Defer:
+        check_bounds(text)
         return _timestamps_as_text(yaml.load(text, Loader=_Loader))
+
+
+def check_bounds(text: str) -> None:
+    """Raise ``LimitError`` when the document nests too deeply or its aliases expand too far (for
+    callers that hand the text to another YAML loader or composer)."""
+    bounds = _Bounds()
+    for ev in yaml.parse(text, Loader=_Loader):
+        bounds.see(ev)
+
+
+class _Bounds:
+    """The document's size as its aliases expand it, and its nesting depth, checked event by event."""
+
+    __slots__ = ("weight", "aliased", "open", "sizes")
+
+    def __init__(self) -> None:
+        self.weight = 0  # nodes so far, aliases expanded (a scalar: one per ALIAS_SCALAR_CHARS characters)
+        self.aliased = 0  # of which aliases added
+        self.open: list[list[Any]] = []  # per open container: [anchor, weight at its start, deepest depth inside]
+        self.sizes: dict[str, tuple[int, int]] = {}  # closed anchor -> (weight, height)
+
+    def see(self, ev: Any) -> None:
+        cls = ev.__class__
+        if cls is ScalarEvent:
+            w = 1 + len(ev.value) // ALIAS_SCALAR_CHARS
+            self.weight += w
+            if ev.anchor:
+                self.sizes[ev.anchor] = (w, 0)
+        elif cls is MappingStartEvent or cls is SequenceStartEvent:
+            depth = len(self.open) + 1
+            if depth > MAX_NESTING:
+                raise LimitError(f"YAML nested deeper than {MAX_NESTING} levels{_at(ev)}")
+            if ev.anchor:
+                self.sizes.pop(ev.anchor, None)  # redefined: open until its end
+            self.weight += 1
+            self.open.append([ev.anchor, self.weight - 1, depth])
+        elif cls is MappingEndEvent or cls is SequenceEndEvent:
+            anchor, start, deepest = self.open.pop()
+            if anchor:
+                self.sizes[anchor] = (self.weight - start, deepest - len(self.open))
+            if self.open:
+                self.open[-1][2] = max(self.open[-1][2], deepest)
+        elif cls is AliasEvent:
+            size = self.sizes.get(ev.anchor)
+            if size is None:
+                if any(frame[0] == ev.anchor for frame in self.open):
+                    raise LimitError(f"YAML alias '*{ev.anchor}' inside the node it names{_at(ev)}")
+                return  # an undefined alias: the parser reports it
+            w, height = size
+            self.weight += w
+            self.aliased += w
+            if self.aliased > MAX_ALIAS_NODES:
+                raise LimitError(f"YAML aliases expand to more than {MAX_ALIAS_NODES} nodes{_at(ev)}")
+            deepest = len(self.open) + height
+            if deepest > MAX_NESTING:
+                raise LimitError(f"YAML nested deeper than {MAX_NESTING} levels once aliases are "
+                                 f"expanded{_at(ev)}")
+            if self.open:
+                self.open[-1][2] = max(self.open[-1][2], deepest)
+
+
+def _at(ev: Any) -> str:
+    mark = getattr(ev, "start_mark", None)
+    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
 
 
 def _timestamps_as_text(value: Any) -> Any:
@@ -90,8 +162,10 @@ def _load_events(text: str) -> Any:
     stack: list[Any] = []  # open containers: a list (sequence) or a _Frame (mapping)
     anchors: dict[str, Any] = {}
     root: Any = None
+    bounds = _Bounds()
 
     for ev in yaml.parse(text, Loader=_Loader):
+        bounds.see(ev)
         cls = ev.__class__
         if cls is ScalarEvent:
             if ev.tag is not None and ev.tag != "!":

@@ -21,6 +21,7 @@ import hashlib
 import os
 import re
 import sqlite3
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,8 @@ import msgspec
 import yaml
 
 from slayer_lsp.store import documents as d
-from slayer_lsp.store import fastyaml
+from slayer_lsp.store import fastyaml, safefs
+from slayer_lsp.store.limits import MAX_DOCUMENT_BYTES, MAX_LEARNING_CHARS, check_json_nesting
 from slayer_lsp.store.locate import StoreLocation, locate
 
 try:  # PyYAML's C loader is ~8x faster; fall back only where libyaml is missing.
@@ -156,6 +158,7 @@ class YamlReader:
         self._cache: dict[str, tuple[tuple[int, ...], StoredDoc | None, tuple[LoadIssue, ...]]] = {}
         self._retained: set[str] = set()  # paths whose cached doc is the last good one of a file that now fails
         self._listed: dict[str, Any] | None = None  # the last listing: path -> parser
+        self._listing_issues: list[LoadIssue] = []  # directories the last listing refused (links, ...)
 
     def read(self, changed: Iterable[str] | None = None) -> StoreRead:
         """Read the whole store. With ``changed`` (paths a file watcher reported), only those paths
@@ -176,7 +179,7 @@ class YamlReader:
                 parse = self._parser_for(path)
                 if parse is None:
                     continue
-                exists = os.path.isfile(path)
+                exists = os.path.lexists(path)  # a link or a FIFO is listed too: its load refuses it
                 if exists != (path in listed):
                     reorder = True  # a file appeared or went away; an edit keeps the order
                 if exists:
@@ -188,6 +191,7 @@ class YamlReader:
         else:
             entries = list(self._listing())
         self._listed = dict(entries)
+        out.issues.extend(self._listing_issues)
         live: set[str] = set()
         for path, parse in entries:
             live.add(path)
@@ -215,9 +219,8 @@ class YamlReader:
         p = Path(path)
         if p.name.startswith(".") and not (p.parent.name == "memories" and p.name.endswith(".md")):
             return None  # temp files; SLayer's memory listing takes every *.md, dotted ones too
-        try:
-            rel = p.relative_to(self.root).parts
-        except ValueError:
+        rel = safefs.relative_parts(self.root, p)
+        if rel is None:  # outside the store, or spelled with "." / "..": never a store document
             return None
         if rel == ("priority.yaml",):
             return self._parse_priority
@@ -242,12 +245,12 @@ class YamlReader:
         from slayer_lsp.cache import CachedDoc
 
         out = []
-        for path, (stat, doc, _issues) in self._cache.items():
+        for path, (key, doc, _issues) in self._cache.items():
             if doc is None or path in self._retained:
                 continue
             v = doc.value
             out.append(CachedDoc(
-                path, stat, doc.key.kind, doc.key.name, doc.digest,
+                path, key, doc.key.kind, doc.key.name, doc.digest,
                 model=v if isinstance(v, d.Model) else None,
                 datasource=v if isinstance(v, d.Datasource) else None,
                 memory=v if isinstance(v, d.Memory) else None,
@@ -267,31 +270,42 @@ class YamlReader:
             self._cache[e.path] = (tuple(e.stat), doc, issues)
 
     def _listing(self) -> Iterable[tuple[str, Any]]:
+        """Every path that names a store document, whatever its type: a link, FIFO or device under a
+        document's name is listed so that its load refuses it with an issue. Directories that are
+        links are refused here (their content is never listed)."""
         root = self.root
-        yield from ((p, self._parse_datasource) for p in _files(root / "datasources", (".yaml", ".yml")))
-        models = root / "models"
-        for ds_dir in _dirs(models):
-            yield from ((p, self._parse_model) for p in _files(Path(ds_dir), (".yaml", ".yml")))
-        yield from ((p, self._parse_memory) for p in _files(root / "memories", (".md",), dotfiles=True))
+        issues: list[LoadIssue] = []
+        yield from ((p, self._parse_datasource) for p in _files(root / "datasources", (".yaml", ".yml"), issues))
+        for ds_dir in _dirs(root / "models", issues):
+            yield from ((p, self._parse_model) for p in _files(Path(ds_dir), (".yaml", ".yml"), issues))
+        yield from ((p, self._parse_memory) for p in _files(root / "memories", (".md",), issues, dotfiles=True))
         prio = root / "priority.yaml"
-        if prio.is_file():
+        if os.path.lexists(prio):
             yield str(prio), self._parse_priority
+        self._listing_issues = issues
 
     def _load(self, path: str, parse: Any) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
         source = Source(path)
         cached = self._cache.get(path)
         try:
-            st = os.stat(path)
+            st = os.stat(path, follow_symlinks=False)
         except OSError as exc:  # gone since the listing (deleted, or being re-created)
             return self._failed(path, cached, (), (LoadIssue(source, f"cannot stat: {exc.strerror or exc}"),))
         key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if cached is not None and cached[0] == key:
+        if cached is not None and cached[0] == key and stat.S_ISREG(st.st_mode):
             return cached[1], cached[2]
         try:
-            with open(path, "rb") as fh:
-                raw = fh.read()
+            parts = safefs.relative_parts(self.root, path)
+            if parts is None:
+                raise safefs.Refused("is not inside the store")
+            # no link followed below the root, nothing but a regular file opened, the size bounded:
+            # the key is that of the inode actually read
+            st, raw = safefs.read_store_file(self.root, parts, MAX_DOCUMENT_BYTES)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             text = raw.decode("utf-8")
             doc = parse(path, text, source)
+        except safefs.Refused as exc:
+            problem = LoadIssue(source, str(exc), "error")
         except UnicodeDecodeError as exc:
             problem = LoadIssue(source, f"not UTF-8 text ({exc.reason} at byte {exc.start})", "error")
         except yaml.YAMLError as exc:
@@ -302,6 +316,8 @@ class YamlReader:
             problem = LoadIssue(source, f"cannot be read: {exc.strerror or exc}", "error")
         except (RecursionError, MemoryError) as exc:
             problem = LoadIssue(source, f"cannot be loaded: {type(exc).__name__}", "error")
+        except Exception as exc:  # noqa: BLE001 - one document never takes the store down
+            problem = LoadIssue(source, f"cannot be loaded: {type(exc).__name__}: {exc}", "error")
         else:
             self._retained.discard(path)
             self._cache[path] = (key, doc, doc.issues)
@@ -358,6 +374,8 @@ class YamlReader:
             front = {}
             issues = (LoadIssue(source, "memory file has no YAML front matter; read as learning only"),)
         front["id"] = Path(path).stem
+        body, cut = _bounded_learning(body, source)
+        issues += cut
         front["learning"] = body
         mem = msgspec.convert(front, d.Memory, strict=False)
         issues += _version_issue(source, "Memory", mem.version)
@@ -396,7 +414,25 @@ def _yaml_reason(exc: yaml.YAMLError) -> str:
     return problem
 
 
-def _entries(directory: Path) -> list[os.DirEntry[str]]:
+def _bounded_learning(body: str, source: Source) -> tuple[str, tuple[LoadIssue, ...]]:
+    """A learning cut at ``MAX_LEARNING_CHARS`` (with a warning): what a planted giant memory costs
+    the indexes stays bounded, and the stored document is left as it is."""
+    if len(body) <= MAX_LEARNING_CHARS:
+        return body, ()
+    return body[:MAX_LEARNING_CHARS], (LoadIssue(
+        source, f"learning is {len(body)} characters long; only the first {MAX_LEARNING_CHARS} are kept"),)
+
+
+def _entries(directory: Path, issues: list[LoadIssue]) -> list[os.DirEntry[str]]:
+    """A store directory's entries; a link in its place (or anything but a directory) is refused
+    with an issue and lists nothing."""
+    try:
+        st = os.stat(directory, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    if not stat.S_ISDIR(st.st_mode):
+        issues.append(LoadIssue(Source(str(directory)), safefs.refusal(safefs.kind_of(st.st_mode)), "error"))
+        return []
     try:
         with os.scandir(directory) as it:
             return sorted(it, key=lambda e: e.name)
@@ -404,18 +440,33 @@ def _entries(directory: Path) -> list[os.DirEntry[str]]:
         return []
 
 
-def _files(directory: Path, suffixes: tuple[str, ...], dotfiles: bool = False) -> list[str]:
-    """Files with these suffixes, sorted; dotfiles (SLayer's temp files) are skipped unless asked
-    for (its temp names never end in a document suffix: ``.<name>.tmp.<random>``)."""
-    return [e.path for e in _entries(directory)
-            if (dotfiles or not e.name.startswith(".")) and e.name.endswith(suffixes) and e.is_file()]
+def _files(directory: Path, suffixes: tuple[str, ...], issues: list[LoadIssue], dotfiles: bool = False) -> list[str]:
+    """Entries with these suffixes that are not directories, sorted; dotfiles (SLayer's temp files)
+    are skipped unless asked for (its temp names never end in a document suffix:
+    ``.<name>.tmp.<random>``)."""
+    return [e.path for e in _entries(directory, issues)
+            if (dotfiles or not e.name.startswith(".")) and e.name.endswith(suffixes)
+            and not e.is_dir(follow_symlinks=False)]
 
 
-def _dirs(directory: Path) -> list[str]:
-    return [e.path for e in _entries(directory) if not e.name.startswith(".") and e.is_dir()]
+def _dirs(directory: Path, issues: list[LoadIssue]) -> list[str]:
+    """Real subdirectories; a link among them is refused with an issue (a link to a directory
+    would load another tree's files as models)."""
+    out = []
+    for e in _entries(directory, issues):
+        if e.name.startswith("."):
+            continue
+        if e.is_symlink():
+            issues.append(LoadIssue(Source(e.path), safefs.refusal("a symbolic link"), "error"))
+        elif e.is_dir(follow_symlinks=False):
+            out.append(e.path)
+    return out
 
 
 # --------------------------------------------------------------------------- SQLite backend
+
+# a fetched row: table, key, what is wrong with the key (None: nothing), SQL type of the data, size, text
+_Row = tuple[str, str, str | None, str, int, str | None]
 
 
 class SqliteReader:
@@ -448,9 +499,9 @@ class SqliteReader:
             out.fatal = f"cannot read SQLite store {path}: {exc}"
             return out
         live: set[tuple[str, str]] = set()
-        for table, row_key, text in rows:
+        for table, row_key, bad_key, kind, size, text in rows:
             live.add((table, row_key))
-            doc, issues = self._load(table, row_key, text)
+            doc, issues = self._load(table, row_key, bad_key, kind, size, text)
             if doc is None:
                 out.issues.extend(issues)
             elif doc.key in out.docs:
@@ -461,7 +512,7 @@ class SqliteReader:
             del self._cache[stale]
         return out
 
-    def _fetch(self, path: Path, read_only: bool = True) -> list[tuple[str, str, str]]:
+    def _fetch(self, path: Path, read_only: bool = True) -> list[_Row]:
         uri = f"{path.resolve().as_uri()}?mode={'ro' if read_only else 'rw'}"
         conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, check_same_thread=False)
         try:
@@ -470,30 +521,39 @@ class SqliteReader:
             missing = {"models", "datasources", "memories"} - tables
             if missing:
                 raise sqlite3.DatabaseError(f"not a SLayer store (missing tables: {', '.join(sorted(missing))})")
-            rows: list[tuple[str, str, str]] = []
-            rows += [("datasources", n, t) for n, t in conn.execute("SELECT name, data FROM datasources ORDER BY name")]
-            rows += [("models", f"{ds}.{n}", t) for ds, n, t in
-                     conn.execute("SELECT data_source, name, data FROM models ORDER BY data_source, name")]
-            rows += [("memories", i, t) for i, t in conn.execute("SELECT id, data FROM memories ORDER BY id")]
+            rows: list[_Row] = []
+            rows += _rows(conn, "datasources", ("name",), "data")
+            rows += _rows(conn, "models", ("data_source", "name"), "data")
+            rows += _rows(conn, "memories", ("id",), "data")
             if "settings" in tables:
-                rows += [("settings", k, v) for k, v in
-                         conn.execute("SELECT key, value FROM settings WHERE key = 'datasource_priority'")]
+                rows += _rows(conn, "settings", ("key",), "value", "key = 'datasource_priority'")
             conn.execute("COMMIT")
             return rows
         finally:
             conn.close()
 
-    def _load(self, table: str, row_key: str, text: str) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
+    def _load(self, table: str, row_key: str, bad_key: str | None, kind: str, size: int,
+              text: str | None) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
+        """One row on its own: whatever it holds, it is a document or a load issue naming the row."""
+        source = Source(str(self.location.path), table, row_key)
+        if bad_key is not None:
+            return None, (LoadIssue(source, f"row has {bad_key}; not loaded", "error"),)
+        if kind != "text":
+            return None, (LoadIssue(source, f"{_DATA[table]} is {_SQL_KIND.get(kind, kind)}, not JSON text", "error"),)
+        if text is None:
+            return None, (LoadIssue(source, safefs.too_large(size, MAX_DOCUMENT_BYTES), "error"),)
         cached = self._cache.get((table, row_key))
         if cached is not None and cached[0] == text:
             return cached[1], cached[2]
-        source = Source(str(self.location.path), table, row_key)
         digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
         try:
+            check_json_nesting(text)  # before msgspec's decoder recurses into it
             doc = self._parse(table, row_key, text, source, digest)
             result: tuple[StoredDoc | None, tuple[LoadIssue, ...]] = (doc, doc.issues)
         except (msgspec.ValidationError, msgspec.DecodeError, ValueError, TypeError) as exc:
             result = (None, (LoadIssue(source, f"cannot be loaded: {exc}", "error"),))
+        except Exception as exc:  # noqa: BLE001 - one row never takes the store down
+            result = (None, (LoadIssue(source, f"cannot be loaded: {type(exc).__name__}: {exc}", "error"),))
         self._cache[(table, row_key)] = (text, result[0], result[1])
         return result
 
@@ -510,12 +570,38 @@ class SqliteReader:
             mem = msgspec.json.decode(text, type=d.Memory, strict=False)
             if not mem.id:
                 mem = msgspec.structs.replace(mem, id=row_key)
+            learning, issues = _bounded_learning(mem.learning, source)
+            if issues:
+                mem = msgspec.structs.replace(mem, learning=learning)
             return StoredDoc(DocKey("memory", mem.id), mem, source, digest,
-                             _version_issue(source, "Memory", mem.version))
+                             issues + _version_issue(source, "Memory", mem.version))
         items = msgspec.json.decode(text)
         if not isinstance(items, list):
             raise ValueError("datasource_priority must be a JSON list")
         return StoredDoc(PRIORITY_KEY, tuple(str(x) for x in items), source, digest)
+
+
+_DATA = {"datasources": "data", "models": "data", "memories": "data", "settings": "value"}
+_SQL_KIND = {"blob": "a BLOB", "null": "NULL", "integer": "an integer", "real": "a number"}
+
+
+def _rows(conn: sqlite3.Connection, table: str, keys: tuple[str, ...], column: str,
+          where: str = "1") -> list[_Row]:
+    """``(table, row key, what is wrong with the key, SQL type of the data, its size in bytes, its
+    text)`` per row. The text is fetched only when it is text within ``MAX_DOCUMENT_BYTES`` (a 1 GB
+    BLOB is never read); a key that is not text (NULL, a BLOB) is named by the row's position."""
+    sql = (f"SELECT {', '.join(f'typeof({k}), {k}' for k in keys)}, typeof({column}), "
+           f"length(CAST({column} AS BLOB)), "
+           f"CASE WHEN typeof({column}) = 'text' AND length(CAST({column} AS BLOB)) <= {MAX_DOCUMENT_BYTES} "
+           f"THEN {column} END FROM {table} WHERE {where} ORDER BY {', '.join(keys)}")
+    out = []
+    for n, row in enumerate(conn.execute(sql), 1):
+        kinds, values = row[0:2 * len(keys):2], row[1:2 * len(keys):2]
+        bad = [f"{_SQL_KIND.get(kind, kind)} {name}" for name, kind in zip(keys, kinds, strict=True) if kind != "text"]
+        problem = " and ".join(bad) if bad else None
+        key = f"#{n} ({problem})" if problem else ".".join(values)
+        out.append((table, key, problem, row[-3], row[-2] or 0, row[-1]))
+    return out
 
 
 # --------------------------------------------------------------------------- entry points

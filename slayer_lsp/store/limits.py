@@ -1,0 +1,68 @@
+"""Bounds on what one stored document may cost to read.
+
+A store is data written by SLayer (or by hand, or by anyone who can write the directory), and the
+daemon reads it unattended. Each bound is far above anything SLayer writes (its largest model files
+are tens of kilobytes, its documents nest a dozen levels, its writer never emits YAML aliases) and far
+below what would hurt the process (memory, recursion in the encoders of the on-disk cache, parse time).
+A document beyond a bound is refused with a load issue naming it; the rest of the store loads.
+
+Shared with other layers (the memory writer's own limit on learnings is its business; the reader only
+bounds what it keeps: ``MAX_LEARNING_CHARS`` must stay at or above whatever the writer accepts).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Bytes of one stored document (a YAML file, a SQLite row's JSON). SLayer's largest: ~50 KB.
+MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+
+#: Nesting of mappings and sequences in one document (YAML or JSON), aliases expanded. SLayer's
+#: documents nest about ten levels; the cache's msgpack encoder and msgspec's decoders fail near 1,000.
+MAX_NESTING = 64
+
+#: Nodes that YAML aliases may add to one document once expanded (a scalar weighs one node per
+#: ``ALIAS_SCALAR_CHARS`` characters). Hand-written anchors (``defaults: &d``) stay far below; a
+#: "billion laughs" document of a few hundred bytes would expand to 10**9 nodes.
+MAX_ALIAS_NODES = 10_000
+ALIAS_SCALAR_CHARS = 64
+
+#: Characters of a memory's learning that are kept (indexed, shown); a longer one is cut there with a
+#: warning. The memory writer refuses far shorter learnings; this only bounds what a planted file costs.
+MAX_LEARNING_CHARS = 100_000
+
+#: Bytes of one on-disk cache file; a larger one is neither written nor read (the cache is rebuilt).
+MAX_CACHE_BYTES = 256 * 1024 * 1024
+
+
+class LimitError(ValueError):
+    """A document exceeds one of the bounds above (its message says which and where)."""
+
+
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_JSON_PAIR = re.compile(rb"\[\]|\{\}")
+
+
+def check_json_nesting(text: str, limit: int = MAX_NESTING) -> None:
+    """Refuse JSON nested deeper than ``limit`` *before* a recursive decoder sees it.
+
+    Runs at C speed: escapes are dropped, strings cut out by splitting at the remaining quotes, every
+    character but brackets removed, then innermost ``[]``/``{}`` pairs are removed once per level. Up
+    to where a decoder would stop on malformed input, its string state matches this scan's, so the
+    depth it could reach is bounded too."""
+    if text.count("[") + text.count("{") <= limit:
+        return
+    plain = text.replace("\\\\", "").replace('\\"', "")
+    outside = "".join(plain.split('"')[0::2]).encode("utf-8", "surrogatepass")
+    brackets = outside.translate(None, _NOT_BRACKETS)
+    for _ in range(limit):
+        if not brackets:
+            return
+        reduced = _JSON_PAIR.sub(b"", brackets)
+        if reduced == brackets:  # unbalanced: malformed JSON, which the decoder refuses on its own
+            if len(brackets) <= limit:
+                return
+            break
+        brackets = reduced
+    if brackets:
+        raise LimitError(f"JSON nested deeper than {limit} levels")
