@@ -86,7 +86,7 @@ W_M_DENSE = 1.0
 W_M_COVER = 2.0
 W_MEMORY = 5.0
 LINK_DECAY = 0.5  # a memory reached only through a link scores this share of the memory it was reached from
-LONG_MEMORY_PIECES = 3  # a memory of this many pieces is a note of several ideas (see _memory_own)
+LONG_MEMORY_CHARS = 600  # a memory this long is a note of several ideas (see _memory_own)
 LEAD_MARGIN = 1e-6  # the memory of a named record leads the memories by this much
 
 
@@ -243,7 +243,7 @@ def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches:
     terms = indexes.memory_terms_for(catalog)
     coverage = terms.coverage(asked, ids) if asked else {}
     index = indexes.pieces_for(catalog)
-    long_notes = {m.memory_id for m in matches if len(index.pieces(m.memory_id)) >= LONG_MEMORY_PIECES}
+    long_notes = {m.memory_id for m in matches if sum(map(len, index.pieces(m.memory_id))) >= LONG_MEMORY_CHARS}
     for m in matches:  # a long note holds several ideas: the piece that matched counts by itself
         if asked and m.piece and m.memory_id in long_notes:
             coverage[m.memory_id] = max(coverage.get(m.memory_id, 0.0), terms.text_coverage(asked, m.piece))

@@ -7,12 +7,14 @@ below what would hurt the process (memory, recursion in the encoders of the on-d
 A document beyond a bound is refused with a load issue naming it; the rest of the store loads.
 
 Shared with other layers (the memory writer's own limit on learnings is its business; the reader only
-bounds what it keeps: ``MAX_LEARNING_CHARS`` must stay at or above whatever the writer accepts).
+bounds what it keeps, with the writer's own ``MAX_LEARNING_CHARS``).
 """
 
 from __future__ import annotations
 
 import re
+
+from slayer_lsp.store import documents as d
 
 #: Bytes of one stored document (a YAML file, a SQLite row's JSON). SLayer's largest: ~50 KB.
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
@@ -27,9 +29,10 @@ MAX_NESTING = 64
 MAX_ALIAS_NODES = 10_000
 ALIAS_SCALAR_CHARS = 64
 
-#: Characters of a memory's learning that are kept (indexed, shown); a longer one is cut there with a
-#: warning. The memory writer refuses far shorter learnings; this only bounds what a planted file costs.
-MAX_LEARNING_CHARS = 100_000
+#: Characters of a memory's learning that are kept (indexed, shown): exactly what the memory writer
+#: accepts (one constant, in ``documents.py``); a longer one, planted by another tool, is cut there with
+#: a warning.
+MAX_LEARNING_CHARS = d.MAX_LEARNING_CHARS
 
 #: Bytes of one on-disk cache file; a larger one is neither written nor read (the cache is rebuilt).
 MAX_CACHE_BYTES = 256 * 1024 * 1024

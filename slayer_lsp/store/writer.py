@@ -54,6 +54,7 @@ from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
 from slayer_lsp.store.documents import MAX_LEARNING_CHARS
 from slayer_lsp.store.locate import StoreLocation
+from slayer_lsp.store.safefs import Refused, read_file
 
 __all__ = [
     "DESCRIPTION_MAX_CHARS", "MAX_LEARNING_CHARS", "MemoryWriteError", "SavedMemory", "forget_memory",
@@ -1011,8 +1012,13 @@ def _check_memory_targets(entities: Sequence[str], exists: Callable[[str], bool]
 
 
 def _read_text(path: Path) -> str:
-    with open(path, encoding="utf-8") as fh:  # text mode, as SLayer reads it
-        return fh.read()
+    """A memory file as SLayer reads it (text mode: universal newlines), but as the store reader
+    opens it: never through a link, never a FIFO or device, never past the document bound."""
+    try:
+        data = read_file(str(path))
+    except Refused as exc:
+        raise OSError(errno.EPERM, f"{path.name}: {exc}") from None
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _save_yaml(store: Path, memory_id: str | None, learning: str, description: str | None,
