@@ -1051,10 +1051,10 @@ def _save_yaml(store: Path, memory_id: str | None, learning: str, description: s
                     created = False
                     try:
                         front, _ = _split_markdown(_read_text(memories / f"{memory_id}.md"))
-                    except (yaml.YAMLError, UnicodeDecodeError):  # the parser's message quotes the file
-                        raise MemoryWriteError(f"existing memory '{memory_id}' cannot be read (it is not UTF-8 "
-                                               f"text with valid YAML front matter); fix it or forget it "
-                                               f"first") from None
+                    except (OSError, yaml.YAMLError, UnicodeDecodeError):  # their messages quote the file
+                        raise MemoryWriteError(f"existing memory '{memory_id}' cannot be read (it is not a "
+                                               f"regular file of UTF-8 text with valid YAML front matter); "
+                                               f"fix it or forget it first") from None
                     created_at = _existing_created_at(memory_id, front)
                 else:
                     created_at = format_created_at(datetime.now(UTC))
