@@ -57,21 +57,6 @@ class MemoryQuestion:
     gold_memory: str  # memory id
 
 
-def _distinct_evidence(path: Path, gold: sl.GoldMap, limit: int | None) -> list[tuple[int, str, str, list[str]]]:
-    """(position, db, evidence, gold columns) of every BIRD question with evidence (whitespace folded)."""
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for pos, line in enumerate(ln for ln in fh if ln.strip()):
-            if limit and pos >= limit:
-                break
-            q = json.loads(line)
-            text = " ".join(str(q.get("evidence") or "").split())
-            if text:
-                cols = [c for g in q.get("gold_columns") or [] if (c := gold.column(q["db_id"], g))]
-                out.append((pos, q["db_id"], text, cols))
-    return out
-
-
 def build_store(base: Path, dest: Path, items: list[tuple[int, str, str, list[str]]], remake: bool) -> dict[tuple[str, str], str]:
     """The store with one memory per (db, evidence); returns (db, evidence) -> memory id. The memory
     ids are kept in ``dest/../memory-ids.json`` so an unchanged store is reused (with its vectors)."""
@@ -151,7 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sl.make_store(sl.DEFAULT_CATALOG, base)
     gold = sl.GoldMap.from_store(base)
     questions = sl.load_questions(sl.DEFAULT_QUESTIONS, gold, args.limit, evidence=False)
-    items = _distinct_evidence(sl.DEFAULT_QUESTIONS, gold, args.limit)
+    items = sl.evidence_items(sl.DEFAULT_QUESTIONS, gold, args.limit, require_columns=False)
     store = env.work_dir() / "memory-ranking" / STORE_NAME
     t0 = time.perf_counter()
     ids = build_store(base, store, items, args.remake)

@@ -330,9 +330,11 @@ def _piece_ranking(folds: list[EvidenceStore], questions: list[Question], gold: 
     return out
 
 
-def _evidence(path: Path, gold: GoldMap, limit: int | None) -> list[tuple[int, str, str, list[str]]]:
-    """(position, db, evidence, mapped gold columns) of each question with evidence; positions
-    count the questions as ``load_questions`` reads them."""
+def evidence_items(path: Path, gold: GoldMap, limit: int | None,
+                   require_columns: bool = True) -> list[tuple[int, str, str, list[str]]]:
+    """(position, db, evidence, mapped gold columns) of each question with evidence (and, with
+    ``require_columns``, a mapped gold column); positions count the questions as
+    ``load_questions`` reads them."""
     out = []
     with open(path, encoding="utf-8") as fh:
         for pos, line in enumerate(ln for ln in fh if ln.strip()):
@@ -341,7 +343,7 @@ def _evidence(path: Path, gold: GoldMap, limit: int | None) -> list[tuple[int, s
             q = json.loads(line)
             text = " ".join(str(q.get("evidence") or "").split())
             cols = [c for g in q.get("gold_columns") or [] if (c := gold.column(q["db_id"], g))]
-            if text and cols:
+            if text and (cols or not require_columns):
                 out.append((pos, q["db_id"], text, cols))
     return out
 
@@ -367,7 +369,7 @@ def build_evidence_store(base: Path, dest: Path, items: list[tuple[int, str, str
 
 def memory_report(args: argparse.Namespace, store: Path, gold: GoldMap, questions: list[Question],
                   scopes: tuple[str, ...], rankings: tuple[str, ...]) -> list[dict[str, Any]]:
-    items = _evidence(args.questions, gold, args.limit)
+    items = evidence_items(args.questions, gold, args.limit)
     folds: list[EvidenceStore] = []
     t0 = time.perf_counter()
     for f in range(MEMORY_FOLDS):
