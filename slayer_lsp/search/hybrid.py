@@ -68,7 +68,7 @@ W_SHAPE = 0.3
 W_TABLE = 0.5
 W_DATASOURCE = 1.0
 W_TAGS = 1.0  # a memory whose tags name the inputs
-W_MEMORY_EVIDENCE = 0.5  # share of a matching memory's own score lent to the entities it tags
+W_MEMORY_EVIDENCE = 0.25  # share of a matching memory's own score (W_MEMORY units) lent to the entities it tags
 TABLE_LEAVES = 2  # a table scores the mean of this many best leaves
 JOIN_TABLE_RATIO = 0.5  # tables within this share of the best table's score are joined
 JOIN_TABLES = 3
@@ -144,11 +144,13 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
         table = tables.get(f"{parts[0]}.{parts[1]}", 0.0) if len(parts) > 1 else 0.0
         final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(parts[0], 0.0)
     memory_final: dict[str, float] = {}
+    best_own = max(mem_own.values(), default=0.0)
     for m in matches:  # best first: a memory reached by a link alone follows the one it was reached from
         if m.channels == ("link",) and m.via:
             memory_final[m.memory_id] = LINK_DECAY * memory_final.get(memory_id_of(m.via), 0.0)
         else:
-            memory_final[m.memory_id] = mem_own[m.memory_id] + _memory_routing(catalog, m.memory_id, sc)
+            share = mem_own[m.memory_id] / best_own if best_own > 0 else 0.0
+            memory_final[m.memory_id] = mem_own[m.memory_id] + _memory_routing(catalog, m.memory_id, sc, share)
     if matches and matches[0].named:  # the best memory of a named record leads the memories
         memory_final[matches[0].memory_id] = max(memory_final.values()) + LEAD_MARGIN
     elif memory_final:  # the best memory leads the entities it lent its evidence to: it explains them
@@ -242,8 +244,7 @@ def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches:
     asked = names.stems(req.question or "") if req.has_question else []
     terms = indexes.memory_terms_for(catalog)
     coverage = terms.coverage(asked, ids) if asked else {}
-    index = indexes.pieces_for(catalog)
-    long_notes = {m.memory_id for m in matches if sum(map(len, index.pieces(m.memory_id))) >= LONG_MEMORY_CHARS}
+    long_notes = {m.memory_id for m in matches if len(_learning(catalog, m.memory_id)) >= LONG_MEMORY_CHARS}
     for m in matches:  # a long note holds several ideas: the piece that matched counts by itself
         if asked and m.piece and m.memory_id in long_notes:
             coverage[m.memory_id] = max(coverage.get(m.memory_id, 0.0), terms.text_coverage(asked, m.piece))
@@ -266,6 +267,11 @@ def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches:
         mem = catalog.memory(mid)
         own[mid] = score * (recency_factor(mem.created_at, now) if mem is not None else 1.0)
     return own
+
+
+def _learning(catalog: Catalog, memory_id: str) -> str:
+    mem = catalog.memory(memory_id)
+    return (mem.learning or "") if mem is not None else ""
 
 
 def memory_strength(whole: float, piece: float, cosine: float, coverage: float) -> float:
@@ -436,11 +442,11 @@ def _route(sc: _Scores) -> None:
             sc.datasource[ds] = score
 
 
-def _memory_routing(catalog: Catalog, mid: str, sc: _Scores) -> float:
+def _memory_routing(catalog: Catalog, mid: str, sc: _Scores, share: float) -> float:
     """A memory is routed like what it is about: its best tagged table and datasource. A tag of a
     datasource is about all of its tables (its best one counts), and a memory tagged with no entity
-    is general knowledge that applies wherever the question is routed (the best table and
-    datasource of the question)."""
+    is general knowledge that applies wherever the question is routed — in proportion to ``share``,
+    how it matches the question against the best memory (nothing ties it to the tables there)."""
     mem = catalog.memory(mid)
     if mem is None:
         return 0.0
@@ -457,8 +463,8 @@ def _memory_routing(catalog: Catalog, mid: str, sc: _Scores) -> float:
         else:
             table = max(table, sc.datasource.get(parts[0], 0.0))  # a datasource scores its best table
     if not tagged:
-        table = max(sc.table.values(), default=0.0)
-        ds = max(sc.datasource.values(), default=0.0)
+        table = share * max(sc.table.values(), default=0.0)
+        ds = share * max(sc.datasource.values(), default=0.0)
     return W_TABLE * table + W_DATASOURCE * ds
 
 
