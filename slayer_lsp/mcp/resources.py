@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
@@ -74,8 +75,14 @@ def page(items: list[ResourceRef], cursor: str | None) -> tuple[list[ResourceRef
     """One page of ``items`` from ``cursor`` (None: the first), and the next cursor (None: the
     last page). A cursor is the offset, opaque to the client; one past the end gives an empty page."""
     start = 0 if cursor is None else decode_cursor(cursor)
-    end = start + mt.PAGE_SIZE
+    end = start + page_size()
     return items[start:end], (encode_cursor(end) if end < len(items) else None)
+
+
+def page_size() -> int:
+    """``$SLAYER_LSP_MCP_PAGE_SIZE`` (1..1000), else ``PAGE_SIZE``; a bad value is ignored."""
+    raw = os.environ.get("SLAYER_LSP_MCP_PAGE_SIZE", "").strip()
+    return int(raw) if raw.isdigit() and 1 <= int(raw) <= 1000 else mt.PAGE_SIZE
 
 
 def encode_cursor(offset: int) -> str:
