@@ -1169,10 +1169,12 @@ _SAVE_FIELDS = ("learning", "entities", "query", "linked_entities", "id", "descr
 
 
 def _write_error(method: str, exc: Exception) -> JsonRpcException:
-    """A refused write (``writes.WriteRefused``) as a JSON-RPC error carrying the writer's message:
+    """A refused write (``writes.WriteRefused``, or the writer's own error) as a JSON-RPC error carrying the writer's message:
     -32602 when the input is at fault (an unresolvable reference, a bad id, ...), -32803
     (RequestFailed) when the store is (I/O, lock timeout, an unreadable or legacy store)."""
-    if getattr(exc, "store_side", False):
+    from slayer_lsp import writes
+
+    if exc.store_side if isinstance(exc, writes.WriteRefused) else writes.store_side(exc):
         log.warning("%s refused by the store: %s", method, exc)
         return JsonRpcException(f"{method}: {exc}", code=t.LSPErrorCodes.RequestFailed.value)
     return JsonRpcInvalidParams(f"{method}: {exc}")

@@ -402,8 +402,8 @@ def _checked_arguments(arguments: Any) -> dict[str, Any]:
                 stack.append((v, depth + 1, f"{path}.{k[:50]}"))
         elif isinstance(item, list):
             stack.extend((v, depth + 1, f"{path}[{i}]") for i, v in enumerate(item))
-        if size > mt.MAX_ARGUMENT_BYTES:
-            raise ToolError(f"arguments over {mt.MAX_ARGUMENT_BYTES:,} characters")
+        if size > mt.MAX_ARGUMENT_CHARS:
+            raise ToolError(f"arguments over {mt.MAX_ARGUMENT_CHARS:,} characters")
     return arguments
 
 

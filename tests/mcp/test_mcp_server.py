@@ -229,7 +229,7 @@ async def test_hostile_arguments_are_tool_errors_and_the_server_stays_up(tmp_pat
                             {"learning": "x", "entities": ["orders.order_total"], "id": "../x"},
                             {"learning": "x", "entities": ["orders.order_total"], "id": "/etc/passwd"},
                             {"learning": "x", "entities": ["orders.order_total"], "id": True},
-                            {"learning": "x" * (mt.MAX_ARGUMENT_BYTES + 1), "entities": ["orders.order_total"]},
+                            {"learning": "x" * (mt.MAX_ARGUMENT_CHARS + 1), "entities": ["orders.order_total"]},
                             {"learning": "x", "entities": ["orders"], "query": {"measures": []}, "linked_entities": []}],
             "forget_memory": [{"id": "../x"}, {"id": "../../etc/passwd"}, {"id": ""}, {"id": None}, {"id": [1]},
                               {}],
