@@ -127,6 +127,7 @@ async def test_resources_read_and_listed_page_by_page(tmp_path_factory, mode):
         assert [t.uri_template for t in templates.resource_templates] == [u for u, _, _ in mt.RESOURCE_TEMPLATES]
 
 
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # resources/subscribe is 2025's
 async def test_an_edit_on_disk_is_announced_to_a_handshake_client(tmp_path_factory):
     store = copy_store(tmp_path_factory)
     seen: list[tuple[str, str | None]] = []
