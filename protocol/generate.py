@@ -1,8 +1,10 @@
-"""Write the JSON Schemas of the daemon's custom requests into ``protocol/schemas/``.
+"""Write the JSON Schemas of the daemon's custom requests into ``protocol/schemas/``, and the MCP
+server's tool list (``slayer-lsp mcp``) into ``protocol/mcp-tools.json``.
 
 Each schema is ``msgspec.json.schema`` of the msgspec type the server decodes or encodes, so the
-schemas cannot drift from the code: ``tests/test_protocol.py`` fails when a file here is out of
-date. Run ``python protocol/generate.py`` after changing a wire type (``--check`` only compares).
+schemas cannot drift from the code: ``tests/test_protocol.py`` (and ``tests/mcp/test_mcp_tools_file.py``
+for the tool list) fails when a file here is out of date. Run ``python protocol/generate.py`` after
+changing a wire type (``--check`` only compares).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCHEMAS = HERE / "schemas"
+MCP_TOOLS = HERE / "mcp-tools.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
@@ -50,6 +53,14 @@ def render() -> dict[str, str]:
     return out
 
 
+def render_mcp_tools() -> str:
+    """The text ``protocol/mcp-tools.json`` should hold: the tools exactly as ``tools/list`` answers."""
+    from slayer_lsp.mcp.types import tool_list
+
+    doc = {"server": "slayer-lsp mcp", "tools": tool_list()}
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a schema file is out of date")
@@ -59,17 +70,24 @@ def main(argv: list[str] | None = None) -> int:
     stale = sorted(n for n, text in wanted.items()
                    if not (SCHEMAS / n).is_file() or (SCHEMAS / n).read_text(encoding="utf-8") != text)
     extra = sorted(present - set(wanted))
+    tools_text = render_mcp_tools()
+    tools_stale = not MCP_TOOLS.is_file() or MCP_TOOLS.read_text(encoding="utf-8") != tools_text
     if args.check:
+        if tools_stale:
+            print("out of date: protocol/mcp-tools.json", file=sys.stderr)
         for name in stale:
             print(f"out of date: protocol/schemas/{name}", file=sys.stderr)
         for name in extra:
             print(f"not generated: protocol/schemas/{name}", file=sys.stderr)
-        return 1 if stale or extra else 0
+        return 1 if stale or extra or tools_stale else 0
     SCHEMAS.mkdir(exist_ok=True)
     for name in stale:
         (SCHEMAS / name).write_text(wanted[name], encoding="utf-8")
     for name in extra:
         (SCHEMAS / name).unlink()
+    if tools_stale:
+        MCP_TOOLS.write_text(tools_text, encoding="utf-8")
+        print("protocol/mcp-tools.json written")
     print(f"{len(stale)} written, {len(extra)} removed, {len(wanted) - len(stale)} up to date")
     return 0
 

@@ -37,6 +37,19 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_arg(serve)
     check.add_scope_arguments(serve)
 
+    mcp = sub.add_parser("mcp", help="run the MCP server on stdio (tools: search, search_facets, inspect, status, "
+                                     "save_memory, forget_memory; the store as resources)")
+    _storage_arg(mcp)
+    check.add_scope_arguments(mcp)
+    mcp.add_argument("--no-embedding", action="store_true",
+                     help="no dense channel (no embedding model is loaded; search keeps its lexical channels)")
+    mcp.add_argument("--embedding-model", metavar="M",
+                     help="a litellm <provider>/<model> (default: $SLAYER_EMBEDDING_MODEL, else the offline MiniLM)")
+    mcp.add_argument("--switch-model", action="store_true",
+                     help="re-embed with the configured model even though the store holds another model's vectors")
+    mcp.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                     help="stderr log level of the server (default INFO)")
+
     search = sub.add_parser("search", help="search the store (SLayer's search surface)")
     _storage_arg(search)
     search.add_argument("--entity", action="append", dest="entities", metavar="E", help="an entity reference")
@@ -280,13 +293,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(argv) or 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from slayer_lsp.mcp import serve
+
+    scope = _scope(args)
+    if not args.verbose_log:
+        logging.getLogger("slayer_lsp").setLevel(getattr(logging, args.log_level))
+    return serve(args.storage, scope, dense="off" if args.no_embedding else "live",
+                 embedding_model=args.embedding_model, switch_model=args.switch_model)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = check.rewrite_check_flag(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose_log else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handlers = {"search": cmd_search, "search-facets": cmd_search_facets, "inspect": cmd_inspect, "embed": cmd_embed, "status": cmd_status,
-                "serve": cmd_serve, "check": check.cmd_check, None: cmd_serve}
+                "serve": cmd_serve, "mcp": cmd_mcp, "check": check.cmd_check, None: cmd_serve}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

@@ -51,13 +51,12 @@ from slayer_lsp.analysis import documents as dm
 from slayer_lsp.analysis import hover as hov
 from slayer_lsp.analysis import navigation as nav
 from slayer_lsp.lsp.options import Options, parse_options
-from slayer_lsp.lsp.watcher import document_paths
+from slayer_lsp.watch import document_paths, watch_quiet_ms
 
 log = logging.getLogger(__name__)
 
 CUSTOM_METHODS = ("slayer/search", "slayer/inspect", "slayer/status", "slayer/saveMemory", "slayer/forgetMemory",
                   "slayer/searchFacets")
-DEFAULT_WATCH_QUIET_MS = 50  # SLayer lands each document with one atomic rename
 COMPACT_AFTER_S = 2.0  # quiet time after a store change before the full-text statistics are rebuilt
 STORE_RETRY_S, STORE_RETRY_MAX_S = 0.5, 10.0  # re-reads of an unreadable store: first pause, longest pause
 STORE_SETTLE_S = 1.0  # one more whole re-read this long after the store became readable again
@@ -90,21 +89,6 @@ def _write_lag_ms(paths: set[str]) -> float | None:
             continue
         newest = mtime if newest is None else max(newest, mtime)
     return (time.time() - newest) * 1000 if newest is not None else None
-
-
-def watch_quiet_ms() -> int:
-    """``$SLAYER_LSP_WATCH_QUIET_MS`` (0..10000), else 50; a bad value is logged and ignored."""
-    raw = os.environ.get("SLAYER_LSP_WATCH_QUIET_MS", "").strip()
-    if raw:
-        try:
-            value = int(raw)
-            if 0 <= value <= 10_000:
-                return value
-        except ValueError:
-            pass
-        log.warning("SLAYER_LSP_WATCH_QUIET_MS=%r is not a number of milliseconds (0..10000); using %d",
-                    raw, DEFAULT_WATCH_QUIET_MS)
-    return DEFAULT_WATCH_QUIET_MS
 
 
 def _converter():  # type: ignore[no-untyped-def]
@@ -572,7 +556,7 @@ class SlayerLanguageServer(LanguageServer):
             self.loop.call_soon_threadsafe(self.show, *message)
 
     def _start_watcher(self) -> None:
-        from slayer_lsp.lsp.watcher import StoreWatcher
+        from slayer_lsp.watch import StoreWatcher
 
         if self.watcher is not None or self.engine is None:
             return
@@ -1182,20 +1166,15 @@ async def do_status(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------- memory writes
 
 _SAVE_FIELDS = ("learning", "entities", "query", "linked_entities", "id", "description")
-_STORE_FAILURES = ("timed out after", "no SLayer", "cannot be read", "unreadable created_at",
-                   "open it once with SLayer", "was deleted but")
 
 
 def _write_error(method: str, exc: Exception) -> JsonRpcException:
-    """A refused write as a JSON-RPC error carrying the writer's message: -32602 when the input is
-    at fault (an unresolvable reference, a bad id, ...), -32803 (RequestFailed) when the store is
-    (I/O, lock timeout, an unreadable or legacy store)."""
-    import sqlite3
+    """A refused write (``writes.WriteRefused``, or the writer's own error) as a JSON-RPC error carrying the writer's message:
+    -32602 when the input is at fault (an unresolvable reference, a bad id, ...), -32803
+    (RequestFailed) when the store is (I/O, lock timeout, an unreadable or legacy store)."""
+    from slayer_lsp import writes
 
-    cause = exc.__cause__
-    store_side = isinstance(cause, (OSError, sqlite3.Error)) or (
-        getattr(exc, "reference", None) is None and any(m in str(exc) for m in _STORE_FAILURES))
-    if store_side:
+    if exc.store_side if isinstance(exc, writes.WriteRefused) else writes.store_side(exc):
         log.warning("%s refused by the store: %s", method, exc)
         return JsonRpcException(f"{method}: {exc}", code=t.LSPErrorCodes.RequestFailed.value)
     return JsonRpcInvalidParams(f"{method}: {exc}")
@@ -1250,15 +1229,6 @@ async def _writable_state(ls: SlayerLanguageServer, method: str):  # type: ignor
     return ls.engine, state
 
 
-def _refresh_after_write(engine: Any, changed: list[str] | None) -> None:
-    """The write is done whatever happens here: a failed refresh is logged (the watcher retries)
-    rather than turned into an error answer for a write that succeeded."""
-    try:
-        engine.refresh(changed)
-    except Exception:  # noqa: BLE001
-        log.exception("refresh after a memory write failed; the store watcher will pick the change up")
-
-
 def _scope_dict(ls: SlayerLanguageServer) -> dict[str, Any]:
     """The effective scope in the options' shape, and where it came from."""
     scope = ls.session_scope()
@@ -1267,32 +1237,10 @@ def _scope_dict(ls: SlayerLanguageServer) -> dict[str, Any]:
             "fixedBy": "command line" if ls.cli_scope is not None else None}
 
 
-def _reachable_memories(state: Any) -> frozenset[str] | None:
-    """A scoped session's memory ids (what its writes may name), None without a scope."""
-    return None if state.full is None else frozenset(state.catalog.memories)
-
-
-def _refuse_withheld_upsert(method: str, state: Any, memory_id: Any) -> None:
-    """Under a scope, an upsert of one of the session's memories whose stored links the session does
-    not see (links to memories it cannot reach, or to none) would drop them: SLayer's
-    ``HiddenContentConflictError``. Any other id is the writer's to refuse (``scoped_id_refusal``:
-    the same answer for a free id and a hidden memory's). References are resolved against the
-    reachable catalog anyway, so a new memory can name only what the session reaches."""
-    from slayer_lsp.store.writer import normalize_memory_id
-
-    if state.full is None or memory_id is None:
-        return
-    mid = normalize_memory_id(memory_id)
-    seen, stored = state.catalog.memory(mid), state.full.memory(mid)
-    if seen is not None and stored is not None and seen.entities != stored.entities:
-        raise JsonRpcInvalidParams(f"{method}: The change to memory {mid!r} conflicts with parts of it you "
-                                   f"cannot access. Ask a caller with full access to make this change.")
-
-
 async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     """Save (or upsert) a memory exactly as SLayer would, then refresh the engine so that the next
     search, hover or diagnostic sees it."""
-    from slayer_lsp.store.writer import MemoryWriteError, save_memory
+    from slayer_lsp import writes
 
     method = "slayer/saveMemory"
     kwargs = _save_params(_object_params(method, params))
@@ -1300,16 +1248,11 @@ async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any
 
     def work() -> dict[str, Any]:
         try:
-            _refuse_withheld_upsert(method, state, kwargs.get("id"))
-            saved = save_memory(engine.location, state.catalog, **kwargs, reachable=_reachable_memories(state))
-        except MemoryWriteError as exc:
+            saved = writes.save(engine, state, **kwargs)
+        except writes.WriteRefused as exc:
             raise _write_error(method, exc) from exc
-        changed = None
-        if engine.location.backend == "yaml":
-            changed = [str(engine.location.path / "memories" / f"{saved.id}.md")]
-        _refresh_after_write(engine, changed)
-        return {"id": saved.id, "entities": list(saved.entities), "created": saved.created,
-                "warnings": list(saved.warnings)}
+        writes.refresh_after_write(engine, saved.touched)
+        return {"id": saved.id, "entities": saved.entities, "created": saved.created, "warnings": saved.warnings}
 
     result = await asyncio.to_thread(work)
     ls.republish_all()
@@ -1319,7 +1262,7 @@ async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any
 async def do_forget_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     """Forget a memory (and its ``memory:<id>`` tags on other memories, and its embedding rows) as
     SLayer would, then refresh the engine. ``{"forgotten": false}`` when no such memory exists."""
-    from slayer_lsp.store.writer import MemoryWriteError, forget_memory
+    from slayer_lsp import writes
 
     method = "slayer/forgetMemory"
     raw = _object_params(method, params)
@@ -1334,12 +1277,11 @@ async def do_forget_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, A
     def work() -> dict[str, Any]:
         try:
             # outside the session's scope (hidden, or a file that does not load): as if there were none
-            forgotten = forget_memory(engine.location, state.catalog, memory_id,
-                                      reachable=_reachable_memories(state))
-        except MemoryWriteError as exc:
+            forgotten = writes.forget(engine, state, memory_id)
+        except writes.WriteRefused as exc:
             raise _write_error(method, exc) from exc
         if forgotten:
-            _refresh_after_write(engine, None)  # other memories may have lost a tag: re-list them all
+            writes.refresh_after_write(engine, None)  # other memories may have lost a tag: re-list them all
         return {"forgotten": forgotten}
 
     result = await asyncio.to_thread(work)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from slayer_lsp.lsp.options import parse_options
-from slayer_lsp.lsp.watcher import StoreWatcher, document_paths
 from slayer_lsp.store.locate import StoreLocation
+from slayer_lsp.watch import StoreWatcher, document_paths
 
 from .support import copy_store
 
@@ -101,7 +101,7 @@ def test_embedding_options(raw, enable, switch, problems):
 @pytest.mark.parametrize(("value", "expected"), [("", 50), ("20", 20), ("0", 0), ("soon", 50), ("-1", 50),
                                                   ("99999", 50)])
 def test_watch_quiet_ms(monkeypatch, value, expected):
-    from slayer_lsp.lsp.server import watch_quiet_ms
+    from slayer_lsp.watch import watch_quiet_ms
 
     monkeypatch.setenv("SLAYER_LSP_WATCH_QUIET_MS", value)
     assert watch_quiet_ms() == expected

@@ -1,4 +1,5 @@
-"""Watch a store for changes on a background thread and report them, debounced.
+"""Watch a store for changes on a background thread and report them, debounced (shared by the
+language server and the MCP server, so it knows nothing of either protocol).
 
 A YAML store is watched recursively (SLayer's dot-prefixed temp files, its lock files and the
 embeddings database are ignored: only the atomic rename that lands a document counts). A SQLite
@@ -14,6 +15,7 @@ default): a change reaches the callback about ``POLL_STEP_MS`` + ``quiet_ms`` af
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -24,8 +26,24 @@ from slayer_lsp.store.locate import StoreLocation
 
 log = logging.getLogger(__name__)
 
+DEFAULT_WATCH_QUIET_MS = 50  # SLayer lands each document with one atomic rename
 IGNORED_NAMES = ("embeddings.db", "embeddings.db-journal", "embeddings.db-wal", "embeddings.db-shm")
 _YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def watch_quiet_ms() -> int:
+    """``$SLAYER_LSP_WATCH_QUIET_MS`` (0..10000), else 50; a bad value is logged and ignored."""
+    raw = os.environ.get("SLAYER_LSP_WATCH_QUIET_MS", "").strip()
+    if raw:
+        try:
+            value = int(raw)
+            if 0 <= value <= 10_000:
+                return value
+        except ValueError:
+            pass
+        log.warning("SLAYER_LSP_WATCH_QUIET_MS=%r is not a number of milliseconds (0..10000); using %d",
+                    raw, DEFAULT_WATCH_QUIET_MS)
+    return DEFAULT_WATCH_QUIET_MS
 
 
 def _is_document_path(rel: tuple[str, ...]) -> bool:
