@@ -29,6 +29,7 @@ import pytest
 from slayer_lsp.search import graph as G
 from slayer_lsp.search.graph import CypherFilterError, GraphIndex, validate_cypher
 from slayer_lsp.search.types import SearchError
+from tests import watchdog
 from tests.conftest import YAML_STORE
 from tests.lsp.raw_daemon import REPO, RawDaemon, copy_shop
 
@@ -102,21 +103,7 @@ def _watch_rss(pid: int | str = "self") -> Iterator[dict[str, int]]:
 
 def _bounded(fn: Callable[[], object], within: float = ANSWER_WITHIN_S) -> object:
     """Run ``fn`` in a thread and fail (not hang) when it has not answered ``within`` seconds."""
-    out: dict[str, object] = {}
-
-    def call() -> None:
-        try:
-            out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            out["error"] = exc
-
-    thread = threading.Thread(target=call, daemon=True)
-    thread.start()
-    thread.join(within)
-    assert not thread.is_alive(), f"no answer within {within:g} s"
-    if "error" in out:
-        raise out["error"]  # type: ignore[misc]
-    return out["value"]
+    return watchdog.within(within, fn)
 
 
 def _alive(pid: int) -> bool:

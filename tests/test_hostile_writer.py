@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
 import unicodedata
 
@@ -23,28 +22,10 @@ from tests import slayer_oracle as oracle
 
 from .test_reachability import EXPECTED, TAGS, write_store
 from .test_writer import _copy_store, memory_ids, stored_doc, stored_text
+from .watchdog import within
 
 needs_slayer = pytest.mark.skipif(oracle.slayer_python() is None, reason=oracle.SKIP_REASON)
 
-
-def within(seconds: float, fn, *args):
-    """``fn(*args)``, failing the test if it has not returned after ``seconds`` (a watchdog: the work
-    is expected to take a small fraction of it; super-linear work would take hours)."""
-    box: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the test's thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), f"{getattr(fn, '__name__', fn)} still running after {seconds} s"
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"]
 
 
 # ------------------------------------------------------------------------------ linear splitting
