@@ -38,7 +38,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -587,7 +587,7 @@ class _QueryNormalizer:
         if not builtin and not any_callee:
             return None
         column = formulas.functional_call_column(node) if callee is not None else None
-        if column is None or not callee.isascii():
+        if callee is None or column is None or not callee.isascii():
             raise _Refused(where, f"Time dimension {entry!r} must be the functional form gran(col) (e.g. "
                                   f"month(created_at)) for one of: {', '.join(sorted(formulas.GRANULARITY_NAMES))} "
                                   f"or a datasource granularity")
@@ -851,7 +851,7 @@ def _memories_lock(store: Path, timeout: float) -> Iterator[None]:
     Polls so a wedged holder becomes an error instead of a hung editor."""
     path = store / "memories.lock"
     try:
-        handle = open(path, "ab")  # held across the block
+        handle: BinaryIO = open(path, "ab")  # held across the block
     except PermissionError:
         if not path.exists():
             raise
@@ -1087,7 +1087,7 @@ def _strip_tag_yaml(memories: Path, tag: str) -> int:
             log.warning("skipping unreadable memory %s while removing %s: %s", path, tag, exc)
             continue
         tags = front.get("entities") if front is not None else None
-        if not isinstance(tags, list) or tag not in tags:
+        if front is None or not isinstance(tags, list) or tag not in tags:
             continue
         doc = _rebuilt(name[:-3], body, front, [e for e in tags if e != tag])
         try:
