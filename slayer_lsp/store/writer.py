@@ -98,7 +98,7 @@ class SavedMemory:
 
 
 def save_memory(location: StoreLocation, catalog: Catalog, *, learning: str, entities: list[str] | None = None,
-                query: Mapping[str, Any] | None = None, id: str | None = None,
+                query: Mapping[str, Any] | None = None, id: str | int | None = None,
                 description: str | None = None, lock_timeout: float = LOCK_TIMEOUT,
                 reachable: Collection[str] | None = None) -> SavedMemory:
     """Save (or upsert, when ``id`` exists) one memory the way SLayer's ``save_memory`` does.
@@ -140,7 +140,7 @@ def scoped_id_refusal(memory_id: Any) -> str:
             f"of the session's own memories; leave it out to save a new memory (it gets a fresh id).")
 
 
-def forget_memory(location: StoreLocation, catalog: Catalog | None, id: str,
+def forget_memory(location: StoreLocation, catalog: Catalog | None, id: str | int,
                   *, lock_timeout: float = LOCK_TIMEOUT, reachable: Collection[str] | None = None) -> bool:
     """Delete memory ``id`` like SLayer's ``forget_memory``: the memory itself, its embedding rows
     (exactly ``memory:<id>``, never a prefix) and ``memory:<id>`` tags on every other memory.
