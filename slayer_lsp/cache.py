@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -84,6 +85,10 @@ class TextManifest(msgspec.Struct):
     members: dict[str, tuple[str, int, str]]  # canonical -> (group, key, digest)
 
 
+# The files this cache reads back: each says which format and store it was written for.
+_CacheFile = TypeVar("_CacheFile", DocCacheFile, TextManifest)
+
+
 class StoreCache:
     def __init__(self, location: StoreLocation, root: Path):
         self.location = location
@@ -97,7 +102,7 @@ class StoreCache:
 
     # -------------------------------------------------------------- io helpers
 
-    def _read(self, name: str, typ: type):  # noqa: ANN205
+    def _read(self, name: str, typ: type[_CacheFile]) -> _CacheFile | None:
         path = self.root / name
         try:
             if path.stat().st_size > MAX_CACHE_BYTES:  # never loaded (nor kept: it would only grow)

@@ -14,11 +14,18 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.scope import Reach, Scope
 from slayer_lsp.store.locate import StoreLocation, locate
 from slayer_lsp.store.reader import StoreReader
+
+if TYPE_CHECKING:  # imported where used: the engine starts before search and embedding load
+    from slayer_lsp.embed.providers import EmbeddingProvider
+    from slayer_lsp.embed.worker import EmbeddingWorker
+    from slayer_lsp.search.service import SearchIndexes
+    from slayer_lsp.search.types import SearchResponse
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +35,7 @@ class State:
     """A consistent pair: a catalog snapshot and the search indexes built for exactly that snapshot."""
 
     catalog: Catalog  # what the session may reach (the whole store unless the engine has a scope)
-    search: object  # slayer_lsp.search.service.SearchIndexes, typed loosely to keep imports lazy
+    search: SearchIndexes
     full: Catalog | None = None  # the whole store under a scope (None: the same as ``catalog``)
 
 
@@ -47,7 +54,7 @@ class Engine:
     def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None, *,
                  graph: bool = True, compact_after_s: float | None = None, use_cache: bool = True,
                  dense: str = "off", embedding_model: str | None = None, switch_model: bool = False,
-                 embedding_provider: object = None, parts: bool = True, scope: Scope | None = None):
+                 embedding_provider: EmbeddingProvider | None = None, parts: bool = True, scope: Scope | None = None):
         """``dense``: "off"; "stored" (rank the vectors already in the store's embeddings table, embed
         nothing but questions: the one-shot CLI); "live" (also embed what is missing or changes, in a
         background worker: the daemon). ``parts``: with the dense channel, also keep the part vectors
@@ -66,7 +73,7 @@ class Engine:
         self._embedding_provider = embedding_provider  # tests inject a fake; else the configured model
         self._switch_model = switch_model
         self._parts = parts
-        self.dense = None  # the EmbeddingWorker of channel 3, when on
+        self.dense: EmbeddingWorker | None = None  # channel 3, when on
         self._dense_proxy: _InStore | None = None  # how the indexes see it under a scope
         self._reach_s = 0.0  # the last refresh's time deriving the reachable catalog
         self._lock = threading.RLock()
@@ -140,17 +147,18 @@ class Engine:
                     self._built = True
                 delta = Delta(added=frozenset(catalog.entities))
             else:
+                assert self._state is not None  # not the first refresh
                 prev_full = self._state.full or self._state.catalog
                 full, delta = prev_full.derive(read)
                 if full is prev_full:
                     return delta
                 catalog, delta = self._reachable(full, delta)
-                if self._state.search.dense is not None:  # type: ignore[attr-defined]
+                if self._state.search.dense is not None:
                     self._dense_view(full)
                 if delta.added or delta.removed:
                     self._restrict_dense(catalog)
                 try:
-                    indexes = self._state.search.apply(catalog, delta)  # type: ignore[attr-defined]
+                    indexes = self._state.search.apply(catalog, delta)
                 except (ValueError, OSError) as exc:  # an on-disk index could not commit (disk full, ...)
                     log.warning("cannot update the on-disk full-text index (%s); rebuilding it in memory", exc)
                     indexes = SearchIndexes.build(catalog, graph=self._graph_enabled)
@@ -203,15 +211,16 @@ class Engine:
         self._reach_s = time.perf_counter() - t0
         return out
 
-    def _dense_view(self, full: Catalog):  # -> EmbeddingWorker | _InStore | None
-        """The dense worker as the search indexes hold it (see ``_InStore``)."""
+    def _dense_view(self, full: Catalog) -> EmbeddingWorker | None:
+        """The dense worker as the search indexes hold it (see ``_InStore``, typed as the worker it
+        stands for: it forwards every attribute, narrowing only ``remove``)."""
         if self._reach is None or self.dense is None:
             return self.dense
         view = self._dense_proxy
         if view is None or view.worker is not self.dense:
             view = self._dense_proxy = _InStore(self.dense, full)
         view.full = full
-        return view
+        return cast("EmbeddingWorker", view)
 
     def _restrict_dense(self, catalog: Catalog) -> None:
         """Under a scope, the vector indexes rank reachable ids only (the store's table holds every
@@ -220,8 +229,9 @@ class Engine:
             return
         reachable = frozenset(catalog.entities)
         self.dense.index.restrict_to(reachable)
-        if getattr(self.dense, "parts", None) is not None:
-            self.dense.parts.index.restrict_to(reachable)
+        parts = getattr(self.dense, "parts", None)
+        if parts is not None:
+            parts.index.restrict_to(reachable)
 
     def _warm(self) -> None:
         """Build the hybrid ranking's indexes for the newest state (again if a refresh overtook)."""
@@ -230,13 +240,13 @@ class Engine:
                 state = self._state
                 if state is None:
                     return
-                state.search.warm(state.catalog)  # type: ignore[attr-defined]
+                state.search.warm(state.catalog)
                 if self._state is state:
                     return
         except Exception:  # noqa: BLE001 - a request builds what it needs itself
             log.exception("warming the hybrid ranking's indexes failed")
 
-    def _start_dense(self, catalog: Catalog):  # -> EmbeddingWorker | None
+    def _start_dense(self, catalog: Catalog) -> EmbeddingWorker | None:
         """Channel 3's worker. A missing runtime or model degrades to a warning in the log and no
         dense channel: search keeps its lexical channels."""
         if self._dense_mode == "off":
@@ -265,7 +275,7 @@ class Engine:
             log.warning("dense channel unavailable: %s", exc)
             return None
 
-    def _part_worker(self, catalog: Catalog, provider):  # -> EmbeddingWorker | None
+    def _part_worker(self, catalog: Catalog, provider: EmbeddingProvider) -> EmbeddingWorker | None:
         """The part vectors' worker, started by the dense worker (our own table in the cache
         directory; in memory only without a cache). "stored" mode only loads what is there."""
         from slayer_lsp.embed.parts import SEPARATORS, PartItems, part_store
@@ -276,7 +286,7 @@ class Engine:
         if self._dense_mode == "stored" and not store.count(provider.name):
             return None
 
-        def items():  # the newest snapshot when a model switch backfills again
+        def items() -> PartItems:  # the newest snapshot when a model switch backfills again
             return PartItems(self._state.catalog if self._state is not None else catalog)
 
         # a scoped session backfills only what it reaches: pruning would drop the others' part vectors
@@ -295,14 +305,14 @@ class Engine:
             if self.dense is not None:
                 self.dense.close()
             if self._state is not None:
-                self._state.search.close_graph()  # type: ignore[attr-defined]
+                self._state.search.close_graph()
 
-    def _save_caches(self, search: object | None) -> None:
+    def _save_caches(self, search: SearchIndexes | None) -> None:
         """Record the on-disk caches; one that cannot be written is skipped (served from memory)."""
         try:
             self._reader.save_cache()
             if search is not None:
-                search.save_cache()  # type: ignore[attr-defined]
+                search.save_cache()
         except Exception as exc:  # noqa: BLE001 - the cache is an optimisation, never a failure
             log.warning("cannot record the on-disk caches (%s: %s); serving from memory", type(exc).__name__, exc)
 
@@ -311,9 +321,9 @@ class Engine:
         being answered from the current state meanwhile. Returns True when a rebuild was swapped in."""
         with self._lock:
             state = self._state
-        if state is None or not state.search.needs_compaction:  # type: ignore[attr-defined]
+        if state is None or not state.search.needs_compaction:
             return False
-        fresh = state.search.rebuilt(state.catalog)  # type: ignore[attr-defined]
+        fresh = state.search.rebuilt(state.catalog)
         with self._lock:
             if self._state is not state:  # a newer refresh won; it schedules its own compaction
                 return False
@@ -321,7 +331,7 @@ class Engine:
             return True
 
     def _schedule_compaction(self) -> None:
-        if self._compact_after_s is None or not self._state.search.needs_compaction:  # type: ignore[union-attr]
+        if self._compact_after_s is None or self._state is None or not self._state.search.needs_compaction:
             return
         if self._compact_timer is not None:
             self._compact_timer.cancel()
@@ -331,7 +341,7 @@ class Engine:
 
     # ------------------------------------------------------------------ queries
 
-    def search(self, params: object, cancel: threading.Event | None = None):  # -> SearchResponse
+    def search(self, params: object, cancel: threading.Event | None = None) -> SearchResponse:
         """Run one search on the current state (``params``: a ``SearchParams`` or a plain dict).
         Setting ``cancel`` stops its cypher_filter, if one is running (the request was cancelled)."""
         from slayer_lsp.search.service import search
@@ -346,7 +356,7 @@ class Engine:
         the first step of a shutdown."""
         state = self._state
         if state is not None:
-            state.search.abort_graph()  # type: ignore[attr-defined]
+            state.search.abort_graph()
 
     def search_facets(self, params: object):  # -> SearchFacetsResponse
         """Rank one kind's entities on several facets at once (``search.facets``); ``params``: a

@@ -51,6 +51,10 @@ from slayer_lsp.store.reader import PRIORITY_KEY, DocKey, LoadIssue, StoredDoc
 
 __all__ = ["Reach", "Scope", "restrict"]
 
+# The dicts behind a reachable catalog (docs, entities, children_of, models_by_name), kept so the
+# next restriction copies only the ones that change.
+_RawMaps = tuple[dict[DocKey, StoredDoc], dict[str, Entity], dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]
+
 
 @dataclass(frozen=True)
 class Scope:
@@ -321,7 +325,8 @@ def _shape_words(shape: Iterable[tuple[str, str]]) -> set[str]:
 def _model_map(catalog: Catalog) -> dict[str, d.Model]:
     """``ds.model`` -> model of a catalog, unsorted (``Catalog.models`` sorts: not needed here)."""
     return catalog._lazy("scope.models", lambda: {
-        k.name: doc.value for k, doc in catalog.docs.items() if k.kind == "model"})
+        k.name: doc.value for k, doc in catalog.docs.items()
+        if k.kind == "model" and isinstance(doc.value, d.Model)})  # always a Model: told to the checker
 
 
 def _joins_of(catalog: Catalog) -> _Joins:
@@ -369,7 +374,9 @@ class _Judge:
         if word in self.full.datasources and not self.scope.admits_datasource(word):
             return True
         holders = self.full.models_by_name.get(word)
-        return bool(holders) and all(f"{ds}.{word}" not in self.models for ds in holders)
+        if not holders:
+            return False
+        return all(f"{ds}.{word}" not in self.models for ds in holders)
 
     def memory(self, mem: d.Memory) -> _MemoryNames:
         blocked = anchored = False
@@ -503,7 +510,7 @@ class Reach:
     _pruned: dict[DocKey, _Kept] = field(default_factory=dict)
     _stripped: dict[DocKey, _Kept] = field(default_factory=dict)
     _priority: tuple[StoredDoc, StoredDoc] | None = None
-    _raw: tuple[dict, dict, dict, dict] | None = None  # the dicts behind the last reachable catalog
+    _raw: _RawMaps | None = None  # the dicts behind the last reachable catalog
     _query_words: dict[str, tuple[object, frozenset[str]]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ models
@@ -698,7 +705,7 @@ class Reach:
             mem_touched.update(self._deps.get("m:" + mid, ()))
 
         touched: set[str] = set()
-        raw = self._raw if self._raw is not None else ({}, {}, {}, {})
+        raw: _RawMaps = self._raw if self._raw is not None else ({}, {}, {}, {})
         docs = raw[0].copy() if affected or changed_ds or mem_touched or delta.priority_changed or fresh \
             else raw[0]
         entities = raw[1].copy() if affected or changed_ds or mem_touched else raw[1]
@@ -708,10 +715,10 @@ class Reach:
             key = DocKey("model", mid)
             if mid in prev.entities:
                 for c in (mid, *prev.children_of.get(mid, ())):
-                    entities.pop(c, None)  # type: ignore[attr-defined]
+                    entities.pop(c, None)
                     touched.add(c)
-            children.pop(mid, None)  # type: ignore[attr-defined]
-            docs.pop(key, None)  # type: ignore[attr-defined]
+            children.pop(mid, None)
+            docs.pop(key, None)
             doc = full.docs.get(key)
             if mid not in models or doc is None:
                 continue
@@ -719,59 +726,59 @@ class Reach:
             new = kept.entities if kept is not None else tuple(
                 full.entities[c] for c in (mid, *full.children(mid)))
             for ent in new:
-                entities[ent.canonical] = ent  # type: ignore[index]
+                entities[ent.canonical] = ent
                 touched.add(ent.canonical)
-            children[mid] = full.children(mid)  # type: ignore[index]
-            docs[key] = kept.doc if kept is not None else doc  # type: ignore[index]
+            children[mid] = full.children(mid)
+            docs[key] = kept.doc if kept is not None else doc
         for key in list(self._pruned):
             if key.name not in models:
                 del self._pruned[key]
         for ds in changed_ds | {mid.split(".", 1)[0] for mid in affected}:
             key = DocKey("datasource", ds)
-            entities.pop(ds, None)  # type: ignore[attr-defined]
-            docs.pop(key, None)  # type: ignore[attr-defined]
-            children.pop(ds, None)  # type: ignore[attr-defined]
+            entities.pop(ds, None)
+            docs.pop(key, None)
+            children.pop(ds, None)
             touched.add(ds)
             if not scope.admits_datasource(ds):
                 continue
             if key in full.docs:
-                docs[key] = full.docs[key]  # type: ignore[index]
-                entities[ds] = full.entities[ds]  # type: ignore[index]
+                docs[key] = full.docs[key]
+                entities[ds] = full.entities[ds]
             kids = full.children_of.get(ds)
             if kids is not None:
                 kept_kids = tuple(k for k in kids if k in models)
-                children[ds] = kids if len(kept_kids) == len(kids) else kept_kids  # type: ignore[index]
+                children[ds] = kids if len(kept_kids) == len(kids) else kept_kids
         for name in {mid.split(".", 1)[1] for mid in affected}:
             dss = full.models_by_name.get(name, ())
             kept_ds = tuple(ds for ds in dss if f"{ds}.{name}" in models)
             if kept_ds:
-                by_name[name] = dss if len(kept_ds) == len(dss) else kept_ds  # type: ignore[index]
+                by_name[name] = dss if len(kept_ds) == len(dss) else kept_ds
             else:
-                by_name.pop(name, None)  # type: ignore[attr-defined]
+                by_name.pop(name, None)
         for mid in mem_touched:
             key, ref = DocKey("memory", mid), memory_ref(mid)
-            entities.pop(ref, None)  # type: ignore[attr-defined]
-            docs.pop(key, None)  # type: ignore[attr-defined]
+            entities.pop(ref, None)
+            docs.pop(key, None)
             touched.add(ref)
             doc = full.docs.get(key)
             if mid not in memories or doc is None:
                 self._stripped.pop(key, None)
                 continue
             kept = self._stripped_memory(key, doc, full, memories)
-            docs[key] = kept.doc if kept is not None else doc  # type: ignore[index]
-            entities[ref] = kept.entities[0] if kept is not None else full.entities[ref]  # type: ignore[index]
+            docs[key] = kept.doc if kept is not None else doc
+            entities[ref] = kept.entities[0] if kept is not None else full.entities[ref]
 
         priority = tuple(ds for ds in full.priority if scope.admits_datasource(ds))
         pdoc = full.docs.get(PRIORITY_KEY)
         if delta.priority_changed or fresh:
-            docs.pop(PRIORITY_KEY, None)  # type: ignore[attr-defined]
+            docs.pop(PRIORITY_KEY, None)
             if pdoc is not None:
                 if priority == tuple(pdoc.value):  # type: ignore[arg-type]
-                    docs[PRIORITY_KEY] = pdoc  # type: ignore[index]
+                    docs[PRIORITY_KEY] = pdoc
                 else:
                     if self._priority is None or self._priority[0] is not pdoc:
-                        self._priority = (pdoc, replace(pdoc, value=list(priority)))
-                    docs[PRIORITY_KEY] = self._priority[1]  # type: ignore[index]
+                        self._priority = (pdoc, replace(pdoc, value=priority))
+                    docs[PRIORITY_KEY] = self._priority[1]
         memory_order = prev.memory_order
         if fresh or memories != old_memories or full.memory_order != prev_full.memory_order:
             memory_order = tuple(m for m in full.memory_order if m in memories)

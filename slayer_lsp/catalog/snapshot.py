@@ -8,14 +8,17 @@ indexes downstream consume. Nothing here knows about LSP or search.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TypeVar
 
 from slayer_lsp.catalog.ids import memory_ref, parent_of
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.locate import StoreLocation
 from slayer_lsp.store.reader import PRIORITY_KEY, DocKey, LoadIssue, Source, StoredDoc, StoreRead
+
+_T = TypeVar("_T")
 
 ENTITY_KINDS = ("datasource", "model", "column", "measure", "aggregation", "memory")
 
@@ -221,7 +224,7 @@ class Catalog:
                                                  "memory_order", "priority", "load_issues", "fatal",
                                                  "generation")}
         fields.update(changes)
-        return Catalog(**fields)  # type: ignore[arg-type]
+        return Catalog(**fields)
 
     # ------------------------------------------------------------------ lookups
 
@@ -244,22 +247,29 @@ class Catalog:
 
     @property
     def datasources(self) -> dict[str, d.Datasource]:
+        # the isinstance tests always hold (a key's kind fixes its value's type); they tell the checker
         return self._lazy("datasources", lambda: {
             k.name: doc.value for k, doc in sorted(self.docs.items(), key=lambda kv: kv[0].name)
-            if k.kind == "datasource"})
+            if k.kind == "datasource" and isinstance(doc.value, d.Datasource)})
 
     @property
     def models(self) -> dict[str, d.Model]:
         """``"ds.model"`` -> model, in SLayer's listing order (datasource, then name)."""
         return self._lazy("models", lambda: {
             k.name: doc.value for k, doc in sorted(self.docs.items(), key=lambda kv: _model_sort(kv[1]))
-            if k.kind == "model"})
+            if k.kind == "model" and isinstance(doc.value, d.Model)})
 
     @property
     def memories(self) -> dict[str, d.Memory]:
         """Memory id -> memory, in the backend's listing order."""
-        return self._lazy("memories", lambda: {
-            mid: self.docs[DocKey("memory", mid)].value for mid in self.memory_order})
+        def build() -> dict[str, d.Memory]:
+            out = {}
+            for mid in self.memory_order:
+                mem = self.docs[DocKey("memory", mid)].value
+                if isinstance(mem, d.Memory):  # always (the key's kind fixes the value's type)
+                    out[mid] = mem
+            return out
+        return self._lazy("memories", build)
 
     def model(self, datasource: str, name: str) -> d.Model | None:
         ent = self.entities.get(f"{datasource}.{name}")
@@ -306,7 +316,7 @@ class Catalog:
             if wanted is None or ent.kind in wanted:
                 yield ent
 
-    def _lazy(self, name: str, build):  # type: ignore[no-untyped-def]
+    def _lazy(self, name: str, build: Callable[[], _T]) -> _T:
         cache = self._extra
         if name not in cache:
             cache[name] = build()

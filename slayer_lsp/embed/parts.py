@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from slayer_lsp.embed.facets import facet_texts
 from slayer_lsp.embed.text import EmbedItem
+from slayer_lsp.store import documents as d
 
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog, Delta
@@ -63,7 +64,7 @@ def parts_for(catalog: Catalog, canonical: str) -> list[EmbedItem]:
         return []
     items = [EmbedItem(part_id(canonical, facet), part_kind(ent.kind, facet), text)
              for facet, text in facet_texts(ent.obj).items()]
-    if ent.kind == "memory":  # a memory's pieces: what its dense matching compares (search/pieces.py)
+    if isinstance(ent.obj, d.Memory):  # a memory's pieces: what its dense matching compares (search/pieces.py)
         from slayer_lsp.search.pieces import piece_texts
 
         items += [EmbedItem(part_id(canonical, f"p{n}"), PIECE_KIND, text)

@@ -241,12 +241,12 @@ class MiniLMProvider:
             session = ort.InferenceSession(model_bytes, sess_options=options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types
             raise ProviderUnavailableError(f"onnxruntime cannot load {path}: {exc}") from exc
-        ids = {tok: tokenizer.token_to_id(tok) for tok in ("[CLS]", "[SEP]", "[PAD]")}
-        if None in ids.values():
+        cls_id, sep_id, pad_id = (tokenizer.token_to_id(tok) for tok in ("[CLS]", "[SEP]", "[PAD]"))
+        if cls_id is None or sep_id is None or pad_id is None:
             raise ProviderUnavailableError(f"tokenizer {self._tokenizer_path} lacks BERT special tokens")
         log.debug("loaded %s from %s", self.name, path)
         return _MiniLMRuntime(session, tokenizer, frozenset(i.name for i in session.get_inputs()),
-                              ids["[CLS]"], ids["[SEP]"], ids["[PAD]"])
+                              cls_id, sep_id, pad_id)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:

@@ -25,9 +25,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
+
+if TYPE_CHECKING:
+    from slayer_lsp.store.locate import StoreLocation
+
+    StorePlace = StoreLocation | str | os.PathLike[str]  # a store, or a path located as SLayer does
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +142,11 @@ class VectorStore:
         self.separators = separators
 
     @classmethod
-    def for_store(cls, location: object, *, busy_timeout: float = BUSY_TIMEOUT) -> VectorStore:
+    def for_store(cls, location: StorePlace, *, busy_timeout: float = BUSY_TIMEOUT) -> VectorStore:
         """The store of a ``StoreLocation`` (or a path, located as SLayer locates it)."""
         from slayer_lsp.store.locate import StoreLocation, locate
 
-        loc = location if isinstance(location, StoreLocation) else locate(os.fspath(location))  # type: ignore[arg-type]
+        loc = location if isinstance(location, StoreLocation) else locate(os.fspath(location))
         if loc.backend == "sqlite":
             return cls(loc.path, create=False, busy_timeout=busy_timeout)
         return cls(loc.path / SIDECAR_NAME, create=True, busy_timeout=busy_timeout)

@@ -25,15 +25,25 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
 from slayer_lsp.embed.index import DenseHits, VectorIndex
 from slayer_lsp.embed.providers import EmbeddingProvider, ProviderUnavailableError
-from slayer_lsp.embed.store import SLAYER_KINDS, NewVector, VectorStore, VectorStoreError, content_hash
+from slayer_lsp.embed.store import (
+    SLAYER_KINDS,
+    MemoryStore,
+    NewVector,
+    VectorStore,
+    VectorStoreError,
+    content_hash,
+)
 from slayer_lsp.embed.text import EmbedItem
+
+if TYPE_CHECKING:
+    from slayer_lsp.embed.store import StorePlace
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +155,8 @@ class EmbeddingWorker:
     ``parts``: it starts it the first time it has nothing left to do (held, when it is itself
     blocked), stops it and switches its model with its own."""
 
-    def __init__(self, location: object, provider: EmbeddingProvider, *, index: VectorIndex | None = None,
-                 store: VectorStore | None = None, items: Callable[[], Items] | None = None,
+    def __init__(self, location: StorePlace, provider: EmbeddingProvider, *, index: VectorIndex | None = None,
+                 store: VectorStore | MemoryStore | None = None, items: Callable[[], Items] | None = None,
                  switch_model: bool = False, batch_size: int = 32, max_attempts: int = 4,
                  backoff: float = 0.5, max_backoff: float = 30.0, page: int = 500, load_page: int = 2000,
                  query_cache: int = 256, start: bool = True, kinds: frozenset[str] | None = SLAYER_KINDS,
@@ -780,7 +790,7 @@ class EmbeddingWorker:
             self._last_error = message
 
 
-def default_worker(location: object, *, items: Callable[[], Items] | None = None,
+def default_worker(location: StorePlace, *, items: Callable[[], Items] | None = None,
                    switch_model: bool = False, env: dict[str, str] | None = None, **options: Any) -> EmbeddingWorker:
     """A worker for the configured model (``$SLAYER_EMBEDDING_MODEL``, else the offline default)."""
     from slayer_lsp.embed.providers import configured_model_name, provider_for

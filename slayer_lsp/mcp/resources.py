@@ -106,6 +106,7 @@ def read(catalog: Catalog, uri: str) -> str | None:
     if not uri.startswith(SCHEME):
         return None
     kind, _, rest = uri[len(SCHEME):].partition("/")
+    value: mt.DatasourceResource | mt.ModelResource | mt.MemoryResource | None
     if kind == "datasource":
         value = _datasource(catalog, unquote(rest))
     elif kind == "model":

@@ -18,10 +18,12 @@ client asked for it (a ``progressToken``).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import re
 import threading
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -183,8 +185,7 @@ class McpApp:
         if delta is None or delta.empty or self.loop is None:
             return
         future = asyncio.run_coroutine_threadsafe(self.announce(delta), self.loop)
-        future.add_done_callback(lambda f: f.exception() and log.error("announcing a change failed: %s",
-                                                                       f.exception()))
+        future.add_done_callback(_log_failure)
 
     async def announce(self, delta: Any) -> None:
         """Tell the client which resources changed (see the module's docstring)."""
@@ -422,9 +423,15 @@ def _save_arguments(params: Any) -> dict[str, Any]:
             "description": params.description}
 
 
+def _log_failure(future: concurrent.futures.Future[None]) -> None:
+    """Log an announcement that failed (nobody awaits it)."""
+    if future.exception():
+        log.error("announcing a change failed: %s", future.exception())
+
+
 def build_server(app: McpApp) -> Server[Any]:
     @asynccontextmanager
-    async def lifespan(_: Server[Any]):  # type: ignore[no-untyped-def]
+    async def lifespan(_: Server[Any]) -> AsyncIterator[McpApp]:
         await app.start()
         try:
             yield app

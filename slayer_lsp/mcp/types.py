@@ -148,8 +148,8 @@ class ToolSpec:
     name: str
     title: str
     description: str
-    params: type
-    result: type
+    params: type[msgspec.Struct]
+    result: type[msgspec.Struct]
     read_only: bool = True
     destructive: bool = False
     idempotent: bool = True

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import tantivy
 
+from slayer_lsp.search.fastfields import u64_values
 from slayer_lsp.search.render import RenderedDoc
 
 log = logging.getLogger(__name__)
@@ -227,6 +228,6 @@ class FullTextIndex:
         with self._lock:
             searcher = self._index.searcher()
             hits = searcher.search(full, limit).hits
-            keys = searcher.fast_field_values("key", [addr for _, addr in hits])
+            keys = u64_values(searcher, "key", [addr for _, addr in hits])
             names = self._names
             return hits, [names[k] for k in keys]

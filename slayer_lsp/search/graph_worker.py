@@ -31,9 +31,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:  # imported at run time only after the address-space cap (see _Graph)
+    import ladybug
 
 # --------------------------------------------------------------------------- messages
 
@@ -247,9 +250,9 @@ class _Graph:
     def counts(self) -> Reply:
         out: dict[str, int] = {}
         for table in NODE_COLUMNS:
-            out[table] = self.writer.execute(f"MATCH (n:{table}) RETURN count(*)").get_next()[0]
+            out[table] = _count(self.writer, f"MATCH (n:{table}) RETURN count(*)")
         for rel in REL_PAIRS:
-            out[rel] = self.writer.execute(f"MATCH ()-[r:{rel}]->() RETURN count(*)").get_next()[0]
+            out[rel] = _count(self.writer, f"MATCH ()-[r:{rel}]->() RETURN count(*)")
         return Done(counts=out)
 
     def query(self, req: Query) -> Reply:
@@ -273,6 +276,17 @@ class _Graph:
             return _collect_ids(result, req, deadline)
         finally:
             result.close()
+
+
+def _count(conn: ladybug.Connection, statement: str) -> int:
+    """The number one ``RETURN count(*)`` statement of ours answers (one result, rows as lists)."""
+    result = conn.execute(statement)
+    if isinstance(result, list):
+        raise TypeError(f"one statement gave {len(result)} results: {statement}")
+    row = result.get_next()
+    if not isinstance(row, list):
+        raise TypeError(f"a row read as {type(row).__name__}, not a list: {statement}")
+    return int(row[0])
 
 
 def _collect_ids(result: Any, req: Query, deadline: float) -> Reply:

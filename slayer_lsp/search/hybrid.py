@@ -120,7 +120,7 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     from slayer_lsp.search.service import _named_ranking
 
     if req.params.facet is not None:
-        return _facet_ranking(catalog, indexes, req)
+        return _facet_ranking(catalog, indexes, req, req.params.facet)
     named, named_warnings = _named_ranking(catalog, req.inputs, req.datasource, req.candidate_ids)
     req.warnings.extend(named_warnings)
     allowed = _Allowed(catalog, indexes, req)
@@ -195,7 +195,7 @@ def _hits(catalog: Catalog, indexes: SearchIndexes, req: Request, scored: Iterab
     return results
 
 
-def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchHit]:
+def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request, facet: str) -> list[SearchHit]:
     """``facet``: the question ranks one facet of the entities that declare it, nothing else
     (``search/facets.py``; the whole surface of several facets at once is ``slayer/searchFacets``)."""
     from slayer_lsp.search.facets import rank_by_facet
@@ -204,7 +204,7 @@ def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request) -> li
     if not req.has_question:
         raise SearchError("facet needs a question to rank by.")
     kinds = sorted(req.kind_filter) if req.kind_filter is not None else None
-    ranking = rank_by_facet(catalog, indexes, req.params.facet, req.question or "", kinds=kinds,
+    ranking = rank_by_facet(catalog, indexes, facet, req.question or "", kinds=kinds,
                             allow=req.candidate_ids, datasource=req.datasource,
                             depth=max(req.max_results, 50))
     req.warnings.extend(ranking.warnings)
@@ -287,7 +287,7 @@ def _dense_pieces(indexes: SearchIndexes, req: Request, allowed: _Allowed) -> li
     vectors (``embed/parts.py``); empty while they are not embedded."""
     worker = indexes.dense
     parts = getattr(worker, "parts", None) if worker is not None else None
-    if parts is None or not len(parts.index):
+    if worker is None or parts is None or not len(parts.index):  # worker None: parts None too
         return []
     from slayer_lsp.embed.parts import PIECE_KIND, owner_of, part_of
 

@@ -139,9 +139,9 @@ def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
     obj = ent.obj
     label = getattr(obj, "label", None)
     if ent.kind == "model":
-        stems = names.name_stems(obj.name, None, obj.description)
+        model_stems = names.name_stems(obj.name, None, obj.description)
         if obj.description:
-            stems = list(dict.fromkeys(stems + names.stems(obj.description)))
+            model_stems = list(dict.fromkeys(model_stems + names.stems(obj.description)))
         joins = []
         for j in obj.joins or []:
             if not j.join_pairs:
@@ -151,7 +151,7 @@ def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
             k_here, k_there = f"{ent.canonical}.{here}", f"{other}.{there}"
             if k_here in catalog.entities and k_there in catalog.entities:
                 joins.append((other, k_here, k_there))
-        return ent.canonical, tuple(stems), frozenset(), frozenset(), tuple(joins)
+        return ent.canonical, tuple(model_stems), frozenset(), frozenset(), tuple(joins)
     stems = tuple(names.name_stems(obj.name, label, getattr(obj, "description", None)))
     terms: frozenset[str] = frozenset()
     shapes: frozenset[str] = frozenset()

@@ -31,11 +31,12 @@ import re
 import threading
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import tantivy
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of
+from slayer_lsp.search.fastfields import u64_values
 from slayer_lsp.search.tokens import TOKEN_RE, LiteralIndex
 from slayer_lsp.store import documents as d
 
@@ -527,8 +528,8 @@ class MemoryPieceIndex:
                 searcher = self._index.searcher()
                 hits = searcher.search(full, limit).hits
                 addrs = [addr for _, addr in hits]
-                keys = searcher.fast_field_values("key", addrs)
-                nos = searcher.fast_field_values("piece", addrs)
+                keys = u64_values(searcher, "key", addrs)
+                nos = u64_values(searcher, "piece", addrs)
                 names = self._names
                 best: dict[str, PieceHit] = {}
                 for (score, _), key, no in zip(hits, keys, nos, strict=True):
@@ -550,7 +551,7 @@ class MemoryPieceIndex:
         with self._lock:
             searcher = self._index.searcher()
             hits = searcher.search(full, depth).hits
-            keys = searcher.fast_field_values("key", [addr for _, addr in hits])
+            keys = u64_values(searcher, "key", [addr for _, addr in hits])
             return [(self._names[k], float(score)) for (score, _), k in zip(hits, keys, strict=True)]
 
     def _restricted(self, query: tantivy.Query | None, allow: Collection[str] | None,
@@ -562,7 +563,8 @@ class MemoryPieceIndex:
         clauses = [(tantivy.Occur.Must, query)]
         if allow is not None:
             key = allow if isinstance(allow, frozenset) else None
-            cached = self._restrictions.get(key, False) if key is not None else False
+            cached: tantivy.Query | Literal[False] | None = (  # False: not cached
+                self._restrictions.get(key, False) if key is not None else False)
             if cached is False:
                 ids = [m for m in allow if m in self._entries]
                 if not ids:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref, rooted_at
@@ -32,7 +32,17 @@ from slayer_lsp.search.types import (
 )
 from slayer_lsp.store import documents as d
 
+if TYPE_CHECKING:  # imported where used: building these is what a search may never need
+    from slayer_lsp.cache import StoreCache
+    from slayer_lsp.embed.worker import EmbeddingWorker
+    from slayer_lsp.search.graph import GraphIndex
+    from slayer_lsp.search.lexicon import Lexicon
+    from slayer_lsp.search.memory_terms import MemoryTerms
+    from slayer_lsp.search.pieces import MemoryPieceIndex
+
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 RRF_K = 60
 TEXT_DEPTH = 5000  # per channel and kind; deeper ranks add < 1/5060 to a fused score
@@ -66,14 +76,14 @@ class SearchIndexes:
     fulltext: FullTextIndex
     by_datasource: dict[str, FullTextIndex]  # built on first use, then kept up to date
     graph_enabled: bool = True
-    _graph: Any = None
-    cache: Any = None  # slayer_lsp.cache.StoreCache, or None
-    dense: Any = None  # slayer_lsp.embed.worker.EmbeddingWorker (channel 3), or None
+    _graph: GraphIndex | None = None
+    cache: StoreCache | None = None
+    dense: EmbeddingWorker | None = None  # channel 3
     _graph_pending: frozenset[str] = frozenset()  # ids touched since the graph was last brought up to date
     ram_live: bool = False  # a long-lived engine keeps the live full-text index in memory (see rebuilt)
-    _lexicon: Any = None  # search.lexicon.Lexicon, built on the first hybrid search, then kept up to date
-    _pieces: Any = None  # search.pieces.MemoryPieceIndex, likewise
-    _memory_terms: Any = None  # search.memory_terms.MemoryTerms of this snapshot, derived per delta
+    _lexicon: Lexicon | None = None  # built on the first hybrid search, then kept up to date
+    _pieces: MemoryPieceIndex | None = None  # likewise
+    _memory_terms: MemoryTerms | None = None  # of this snapshot, derived per delta
     # Set once ``apply`` derived the next snapshot: the dicts of lazily built indexes are shared with
     # it, and an index built from this snapshot's documents must not be left there for it.
     _superseded: bool = False
@@ -274,7 +284,7 @@ class SearchIndexes:
             return TagCorpus.build(mems, _validity(catalog, datasource, {m.id for m in mems}))
         return self._cached(("tags", datasource), build)
 
-    def _cached(self, key: Any, build):  # type: ignore[no-untyped-def]
+    def _cached(self, key: tuple[str, str | None], build: Callable[[], _T]) -> _T:
         with self._lock:
             if key not in self._cache:
                 self._cache[key] = build()
@@ -332,7 +342,7 @@ def _scoped_memories(catalog: Catalog, datasource: str | None) -> list[d.Memory]
     return [m for m in mems if any(rooted_at(t, datasource) for t in m.entities)]
 
 
-def _validity(catalog: Catalog, datasource: str | None, memory_ids: set[str]):  # -> Callable[[str], bool]
+def _validity(catalog: Catalog, datasource: str | None, memory_ids: Collection[str]) -> Callable[[str], bool]:
     """Which tags count in a scope: existing entities (hidden included) rooted at the datasource,
     and refs to memories that are themselves in scope."""
     entities = catalog.entities
@@ -499,7 +509,7 @@ class Request:
     kind_filter: set[str] | None  # kinds that may come back (cypher label fallback, ``kinds``)
     scoped: list[d.Memory]  # memories the datasource and cypher filters keep, in storage order
     scoped_ids: frozenset[str] | set[str]
-    valid: Any  # which tags count in this scope
+    valid: Callable[[str], bool]  # which tags count in this scope
 
     @property
     def has_question(self) -> bool:
@@ -564,7 +574,7 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams,
         return _recency(catalog, ds, candidate_ids, kind_filter, max_results, warnings, params.compact)
 
     scoped = indexes.scoped_memories(catalog, ds)
-    scoped_ids = indexes.scoped_memory_ids(catalog, ds)
+    scoped_ids: frozenset[str] | set[str] = indexes.scoped_memory_ids(catalog, ds)
     if ds is not None:
         warnings.extend(f"{c} is not rooted at datasource {ds!r}; dropped." for c in inputs
                         if is_memory_ref(c) and memory_id_of(c) not in scoped_ids)

@@ -40,11 +40,12 @@ def normalise_type(raw: str | None) -> str:
     return _LEGACY_TYPES.get(raw.lower(), upper)
 
 
+# Subclasses repeat ``frozen=True``: msgspec inherits it, but type checkers read each class alone.
 class _Doc(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     pass
 
 
-class NumberFormat(_Doc, kw_only=True):
+class NumberFormat(_Doc, frozen=True, kw_only=True):
     type: str | None = None
     precision: int | None = None
     symbol: str | None = None
@@ -59,7 +60,7 @@ class NumberFormat(_Doc, kw_only=True):
         return ", ".join(parts)
 
 
-class Column(_Doc, kw_only=True):
+class Column(_Doc, frozen=True, kw_only=True):
     name: str
     sql: str | None = None
     type: str = "TEXT"
@@ -79,7 +80,7 @@ class Column(_Doc, kw_only=True):
     meta: Any = None
 
 
-class Measure(_Doc, kw_only=True):
+class Measure(_Doc, frozen=True, kw_only=True):
     name: str | None = None
     formula: str = ""
     label: str | None = None
@@ -88,12 +89,12 @@ class Measure(_Doc, kw_only=True):
     meta: Any = None
 
 
-class AggregationParam(_Doc, kw_only=True):
+class AggregationParam(_Doc, frozen=True, kw_only=True):
     name: str
     sql: str | None = None
 
 
-class Aggregation(_Doc, kw_only=True):
+class Aggregation(_Doc, frozen=True, kw_only=True):
     name: str
     formula: str | None = None
     params: list[AggregationParam] = []
@@ -101,7 +102,7 @@ class Aggregation(_Doc, kw_only=True):
     meta: Any = None
 
 
-class Join(_Doc, kw_only=True):
+class Join(_Doc, frozen=True, kw_only=True):
     target_model: str
     join_pairs: list[list[str]] = []
     join_type: str | None = "left"
@@ -111,7 +112,7 @@ class Join(_Doc, kw_only=True):
     meta: Any = None
 
 
-class Model(_Doc, kw_only=True):
+class Model(_Doc, frozen=True, kw_only=True):
     version: int = 1
     name: str
     data_source: str | None = None
@@ -132,7 +133,7 @@ class Model(_Doc, kw_only=True):
     meta: Any = None
 
 
-class Datasource(_Doc, kw_only=True):
+class Datasource(_Doc, frozen=True, kw_only=True):
     version: int = 1
     name: str
     type: str | None = None
@@ -145,7 +146,7 @@ class Datasource(_Doc, kw_only=True):
     description: str | None = None
 
 
-class Memory(_Doc, kw_only=True):
+class Memory(_Doc, frozen=True, kw_only=True):
     version: int = 1
     id: str = ""
     learning: str = ""

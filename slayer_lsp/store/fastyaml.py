@@ -164,6 +164,9 @@ def _load_events(text: str) -> Any:
     root: Any = None
     bounds = _Bounds()
 
+    # events are told apart by exact class (cheaper than isinstance on this hot loop), which a type
+    # checker does not follow: each branch reads the attributes of the class it tested
+    ev: Any
     for ev in yaml.parse(text, Loader=_Loader):
         bounds.see(ev)
         cls = ev.__class__

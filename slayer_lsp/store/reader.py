@@ -148,6 +148,10 @@ def split_front_matter(text: str) -> tuple[dict[str, Any] | None, str]:
 # --------------------------------------------------------------------------- YAML backend
 
 
+# (inode, size, mtime_ns, ctime_ns) of the file last read, or () when it could not be stat'ed.
+_StatKey = tuple[int, int, int, int] | tuple[()]
+
+
 class YamlReader:
     """Reads ``datasources/*.yaml``, ``models/<ds>/*.yaml``, ``memories/*.md`` and ``priority.yaml``."""
 
@@ -155,7 +159,7 @@ class YamlReader:
         self.location = location
         self.root = location.path
         # path -> (stat key, doc or None, issues)
-        self._cache: dict[str, tuple[tuple[int, ...], StoredDoc | None, tuple[LoadIssue, ...]]] = {}
+        self._cache: dict[str, tuple[_StatKey, StoredDoc | None, tuple[LoadIssue, ...]]] = {}
         self._retained: set[str] = set()  # paths whose cached doc is the last good one of a file that now fails
         self._listed: dict[str, Any] | None = None  # the last listing: path -> parser
         self._listing_issues: list[LoadIssue] = []  # directories the last listing refused (links, ...)
@@ -246,7 +250,7 @@ class YamlReader:
 
         out = []
         for path, (key, doc, _issues) in self._cache.items():
-            if doc is None or path in self._retained:
+            if doc is None or path in self._retained or not key:  # no stat key: a failed load, retained
                 continue
             v = doc.value
             out.append(CachedDoc(
@@ -267,7 +271,7 @@ class YamlReader:
             source = Source(e.path)
             issues = tuple(LoadIssue(source, msg, sev) for msg, sev in e.issues)
             doc = StoredDoc(DocKey(e.kind, e.name), value, source, e.digest, issues)
-            self._cache[e.path] = (tuple(e.stat), doc, issues)
+            self._cache[e.path] = (e.stat, doc, issues)
 
     def _listing(self) -> Iterable[tuple[str, Any]]:
         """Every path that names a store document, whatever its type: a link, FIFO or device under a
@@ -324,7 +328,7 @@ class YamlReader:
             return doc, doc.issues
         return self._failed(path, cached, key, (problem,))
 
-    def _failed(self, path: str, cached: Any, key: tuple[int, ...],
+    def _failed(self, path: str, cached: Any, key: _StatKey,
                 issues: tuple[LoadIssue, ...]) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
         """A file that does not load now. If it loaded before, its last good document stays (the
         issues say so); the entry is keyed by the failing file's stat (``()`` when it has none), so

@@ -38,7 +38,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -98,7 +98,7 @@ class SavedMemory:
 
 
 def save_memory(location: StoreLocation, catalog: Catalog, *, learning: str, entities: list[str] | None = None,
-                query: Mapping[str, Any] | None = None, id: str | None = None,
+                query: Mapping[str, Any] | None = None, id: str | int | None = None,
                 description: str | None = None, lock_timeout: float = LOCK_TIMEOUT,
                 reachable: Collection[str] | None = None) -> SavedMemory:
     """Save (or upsert, when ``id`` exists) one memory the way SLayer's ``save_memory`` does.
@@ -140,7 +140,7 @@ def scoped_id_refusal(memory_id: Any) -> str:
             f"of the session's own memories; leave it out to save a new memory (it gets a fresh id).")
 
 
-def forget_memory(location: StoreLocation, catalog: Catalog | None, id: str,
+def forget_memory(location: StoreLocation, catalog: Catalog | None, id: str | int,
                   *, lock_timeout: float = LOCK_TIMEOUT, reachable: Collection[str] | None = None) -> bool:
     """Delete memory ``id`` like SLayer's ``forget_memory``: the memory itself, its embedding rows
     (exactly ``memory:<id>``, never a prefix) and ``memory:<id>`` tags on every other memory.
@@ -587,7 +587,7 @@ class _QueryNormalizer:
         if not builtin and not any_callee:
             return None
         column = formulas.functional_call_column(node) if callee is not None else None
-        if column is None or not callee.isascii():
+        if callee is None or column is None or not callee.isascii():
             raise _Refused(where, f"Time dimension {entry!r} must be the functional form gran(col) (e.g. "
                                   f"month(created_at)) for one of: {', '.join(sorted(formulas.GRANULARITY_NAMES))} "
                                   f"or a datasource granularity")
@@ -851,7 +851,7 @@ def _memories_lock(store: Path, timeout: float) -> Iterator[None]:
     Polls so a wedged holder becomes an error instead of a hung editor."""
     path = store / "memories.lock"
     try:
-        handle = open(path, "ab")  # held across the block
+        handle: BinaryIO = open(path, "ab")  # held across the block
     except PermissionError:
         if not path.exists():
             raise
@@ -1087,7 +1087,7 @@ def _strip_tag_yaml(memories: Path, tag: str) -> int:
             log.warning("skipping unreadable memory %s while removing %s: %s", path, tag, exc)
             continue
         tags = front.get("entities") if front is not None else None
-        if not isinstance(tags, list) or tag not in tags:
+        if front is None or not isinstance(tags, list) or tag not in tags:
             continue
         doc = _rebuilt(name[:-3], body, front, [e for e in tags if e != tag])
         try:
