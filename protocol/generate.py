@@ -39,6 +39,8 @@ def types() -> dict[str, tuple[str, type]]:
         "slayer-forgetMemory.result": ("slayer/forgetMemory result", p.ForgetMemoryResult),
         "slayer-searchFacets.params": ("slayer/searchFacets params", SearchFacetsParams),
         "slayer-searchFacets.result": ("slayer/searchFacets result", SearchFacetsResponse),
+        "slayer-impact.params": ("slayer/impact params", p.ImpactParams),
+        "slayer-impact.result": ("slayer/impact result", p.ImpactResult),
     }
 
 
