@@ -52,7 +52,17 @@ def render() -> dict[str, str]:
     for stem, (title, typ) in types().items():
         schema = {"$schema": DIALECT, "title": title, **msgspec.json.schema(typ)}
         out[f"{stem}.json"] = json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    out.update(render_file_schemas())
     return out
+
+
+def render_file_schemas() -> dict[str, str]:
+    """The schemas of SLayer query files and memory front matter (``slayer-lsp schema query|memory``),
+    which the VS Code extension copies at build time for its YAML and JSON services."""
+    from slayer_lsp.analysis.schemas import KINDS, schema
+
+    return {f"{kind}-file.schema.json": json.dumps(schema(kind), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+            for kind in KINDS}
 
 
 def render_mcp_tools() -> str:
