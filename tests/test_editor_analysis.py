@@ -283,4 +283,12 @@ def test_check_impact_exit_codes(store, tmp_path):
 def test_schema_command_prints_the_shipped_schema(kind, tmp_path):
     proc = _run("schema", kind, cwd=tmp_path)
     assert proc.returncode == 0
-    assert json.loads(proc.stdout) == json.loads((REPO / "protocol" / "schemas" / f"{kind}-file.schema.json").read_text())
+    assert json.loads(proc.stdout) == json.loads((REPO / "protocol" / "file-schemas" / f"{kind}-file.schema.json").read_text())
+
+
+def test_file_schemas_are_up_to_date():
+    sys.path.insert(0, str(REPO / "protocol"))
+    import generate
+
+    for name, text in generate.render_file_schemas().items():
+        assert (REPO / "protocol" / "file-schemas" / name).read_text(encoding="utf-8") == text, name

@@ -5,7 +5,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const from = join(here, "..", "..", "..", "protocol", "schemas");
+const from = join(here, "..", "..", "..", "protocol", "file-schemas");
 const to = join(here, "..", "schemas");
 mkdirSync(to, { recursive: true });
 for (const name of ["query-file.schema.json", "memory-file.schema.json"]) {
