@@ -388,7 +388,7 @@ def sarif_log(report: Report, cwd: str | None = None) -> dict[str, Any]:
     """A SARIF 2.1.0 log: one run, its rules from the codes table, columns in code points."""
     from slayer_lsp.analysis.store_checks import all_codes
 
-    codes = {**all_codes(), **IMPACT_CODES}
+    codes = {**all_codes(), **(IMPACT_CODES if report.impact is not None else {})}
     rules = [{"id": code, "name": _rule_name(code), "shortDescription": {"text": meaning},
               "fullDescription": {"text": meaning}, "defaultConfiguration": {"level": _SARIF_LEVEL[severity]}}
              for code, (severity, meaning) in codes.items()]
