@@ -1,6 +1,6 @@
 """The language server through its stdio protocol: request latency, change-to-visible latency, memory.
 
-    python bench/lsp.py [--requests N] [--edits N] [--edit-gap S] [--embeddings]
+    python bench/lsp.py [--requests N] [--edits N] [--edit-gap S] [--embeddings] [--editor MxCxMEMxQ]
                         [--large MODELSxCOLUMNSxMEMORIES] [--edit-size MODELSxMEMORIES] [--slayer-venv PATH]
 
 Spawns ``python -m slayer_lsp serve --storage S`` exactly as an editor would and talks JSON-RPC to it
@@ -138,7 +138,8 @@ class StdioClient:
         return code
 
 
-def start_server(store: Path, work: Path, *, embeddings: bool, name: str) -> tuple[StdioClient, float]:
+def start_server(store: Path, work: Path, *, embeddings: bool, name: str,
+                 root: Path | None = None) -> tuple[StdioClient, float]:
     """Spawn the daemon on ``store`` with a fresh cache and wait for its first complete index;
     returns the client and the seconds from spawn to ready."""
     cache = work / f"cache-{name}"
@@ -147,7 +148,7 @@ def start_server(store: Path, work: Path, *, embeddings: bool, name: str) -> tup
     t0 = time.perf_counter()
     client = StdioClient([sys.executable, "-m", "slayer_lsp", "serve", "--storage", str(store)], cwd=env.REPO,
                          env_vars=variables, log_path=work / f"server-{name}.log")
-    client.request("initialize", {"processId": os.getpid(), "rootUri": None,
+    client.request("initialize", {"processId": os.getpid(), "rootUri": root.as_uri() if root else None,
                                   "capabilities": {"window": {"workDoneProgress": True}},
                                   "initializationOptions": {"embedding": {"enable": embeddings}}})
     client.notify("initialized", {})
@@ -381,12 +382,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embeddings", action="store_true", help="run the dense channel's worker too")
     ap.add_argument("--skip-large-edits", action="store_true", help="no change-to-visible run on the large store")
     ap.add_argument("--only-edits", action="store_true", help="only the change-to-visible runs")
+    ap.add_argument("--editor", metavar="MODELSxCOLUMNSxMEMORIESxQUERIES",
+                    help="only the editor runs: rename and code lens resolve p50 on a generated store with QUERIES "
+                         "query files in the workspace (the issue's figure: 2000x48x2000x500)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (server logs, store copies)")
     env.add_venv_option(ap)
     args = ap.parse_args(argv)
     large_size = parse_size(args.large, 3)
     edit_size = parse_size(args.edit_size, 2)
     rng = random.Random(7)
+    if args.editor:
+        models_n, cols_n, mems_n, queries_n = parse_size(args.editor, 4)
+        store = large_store(models_n, cols_n, mems_n, venv=args.slayer_venv)
+        work = Path(tempfile.mkdtemp(prefix="lsp-bench-", dir=env.work_dir()))
+        try:
+            rows = run_editor(store, work, queries_n, min(args.requests, 50), rng)
+            env.print_table(["editor request (round trip through stdio)", "n", "p50", "p99", "max", "note"], rows,
+                            title=f"{models_n} models x {cols_n} columns, {mems_n} memories, {queries_n} query files")
+        finally:
+            cleanup(work, args.keep)
+        return 0
 
     large = large_store(*large_size, venv=args.slayer_venv)
     edit_store = env.generated_store(*edit_size, "yaml", venv=args.slayer_venv)
@@ -433,6 +448,60 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cleanup(work, args.keep)
     return 0
+
+
+def run_editor(store: Path, work: Path, n_queries: int, n_requests: int, rng: random.Random) -> list[list[Any]]:
+    """Rename and code lens resolve on ``store`` with ``n_queries`` query files on disk in the
+    workspace (each on one model, naming three of its columns): ``textDocument/rename`` of a column
+    from an open query (the whole WorkspaceEdit: every query file, memory and model file of the
+    datasource) and ``codeLens/resolve`` of the lenses of an open model file (impact counts)."""
+    models = read_models(store)
+    ws = work / "workspace"
+    (ws / "queries").mkdir(parents=True, exist_ok=True)
+    names = [m[1] for m in models]
+    picked = [m for m in models if len(m[2]) >= 3 and names.count(m[1]) == 1]  # a bare source_model resolves
+    chosen = [rng.choice(picked) for _ in range(n_queries)]
+    for k, (_ds, name, cols, _) in enumerate(chosen):
+        (ws / "queries" / f"q{k}.yaml").write_text(
+            f"source_model: {name}\ndimensions: [{cols[0]}, {cols[1]}]\nmeasures: [sum({cols[2]})]\n")
+    client, _ready = start_server(store, work, embeddings=False, name="editor", root=ws)
+    rows = []
+    try:
+        renames, lenses_s, n_lenses, edits = [], [], 0, 0
+        for k in range(n_requests):
+            ds, name, cols, path = chosen[k % len(chosen)]
+            uri = (ws / "queries" / f"q{k % len(chosen)}.yaml").as_uri()
+            text = (ws / "queries" / f"q{k % len(chosen)}.yaml").read_text()
+            client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
+                                                                    "text": text}})
+            t0 = time.perf_counter()
+            got = client.request("textDocument/rename", {"textDocument": {"uri": uri},
+                                                         "position": {"line": 1, "character": 14},
+                                                         "newName": f"renamed_{k}"})
+            renames.append(time.perf_counter() - t0)
+            edits += sum(len(v) for v in (got or {}).get("changes", {}).values())
+            client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+            muri = path.as_uri()
+            client.notify("textDocument/didOpen", {"textDocument": {"uri": muri, "languageId": "yaml", "version": 1,
+                                                                    "text": path.read_text()}})
+            lenses = client.request("textDocument/codeLens", {"textDocument": {"uri": muri}}) or []
+            for lens in lenses[:10]:
+                t0 = time.perf_counter()
+                client.request("codeLens/resolve", lens)
+                lenses_s.append(time.perf_counter() - t0)
+                n_lenses += 1
+            client.notify("textDocument/didClose", {"textDocument": {"uri": muri}})
+        rows.append(["rename (column, from an open query)", len(renames), fmt(pct(renames, 50)),
+                     fmt(pct(renames, 99)), fmt(max(renames)), f"{edits / max(1, len(renames)):.1f} edits each"])
+        rows.append(["codeLens/resolve (model and column lenses)", n_lenses, fmt(pct(lenses_s, 50)),
+                     fmt(pct(lenses_s, 99)), fmt(max(lenses_s)), ""])
+    finally:
+        client.close()
+    return rows
+
+
+def fmt(seconds: float) -> str:
+    return env.fmt_seconds(seconds)
 
 
 def cleanup(work: Path, keep: bool) -> None:

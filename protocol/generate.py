@@ -17,6 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCHEMAS = HERE / "schemas"
 MCP_TOOLS = HERE / "mcp-tools.json"
+FILE_SCHEMAS = HERE / "file-schemas"  # query files and memory front matter (draft-07, for editors)
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
@@ -39,6 +40,8 @@ def types() -> dict[str, tuple[str, type]]:
         "slayer-forgetMemory.result": ("slayer/forgetMemory result", p.ForgetMemoryResult),
         "slayer-searchFacets.params": ("slayer/searchFacets params", SearchFacetsParams),
         "slayer-searchFacets.result": ("slayer/searchFacets result", SearchFacetsResponse),
+        "slayer-impact.params": ("slayer/impact params", p.ImpactParams),
+        "slayer-impact.result": ("slayer/impact result", p.ImpactResult),
     }
 
 
@@ -51,6 +54,15 @@ def render() -> dict[str, str]:
         schema = {"$schema": DIALECT, "title": title, **msgspec.json.schema(typ)}
         out[f"{stem}.json"] = json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     return out
+
+
+def render_file_schemas() -> dict[str, str]:
+    """The schemas of SLayer query files and memory front matter (``slayer-lsp schema query|memory``),
+    which the VS Code extension copies at build time for its YAML and JSON services."""
+    from slayer_lsp.analysis.schemas import KINDS, schema
+
+    return {f"{kind}-file.schema.json": json.dumps(schema(kind), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+            for kind in KINDS}
 
 
 def render_mcp_tools() -> str:
@@ -79,12 +91,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"out of date: protocol/schemas/{name}", file=sys.stderr)
         for name in extra:
             print(f"not generated: protocol/schemas/{name}", file=sys.stderr)
-        return 1 if stale or extra or tools_stale else 0
+        files_stale = [n for n, text in render_file_schemas().items() if not (FILE_SCHEMAS / n).is_file()
+                       or (FILE_SCHEMAS / n).read_text(encoding="utf-8") != text]
+        for name in files_stale:
+            print(f"out of date: protocol/file-schemas/{name}", file=sys.stderr)
+        return 1 if stale or extra or tools_stale or files_stale else 0
     SCHEMAS.mkdir(exist_ok=True)
     for name in stale:
         (SCHEMAS / name).write_text(wanted[name], encoding="utf-8")
     for name in extra:
         (SCHEMAS / name).unlink()
+    files = render_file_schemas()
+    files_stale = sorted(n for n, text in files.items() if not (FILE_SCHEMAS / n).is_file()
+                         or (FILE_SCHEMAS / n).read_text(encoding="utf-8") != text)
+    FILE_SCHEMAS.mkdir(exist_ok=True)
+    for name in files_stale:
+        (FILE_SCHEMAS / name).write_text(files[name], encoding="utf-8")
+        print(f"protocol/file-schemas/{name} written")
     if tools_stale:
         MCP_TOOLS.write_text(tools_text, encoding="utf-8")
         print("protocol/mcp-tools.json written")

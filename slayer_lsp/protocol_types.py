@@ -144,3 +144,34 @@ class ForgetMemoryParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
 
 class ForgetMemoryResult(msgspec.Struct, kw_only=True):
     forgotten: bool  # False when the store had no such memory (nothing changed)
+
+
+class ImpactParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``entity``: a canonical id of a datasource, model, column, measure or aggregation
+    (``jaffle.orders.status``)."""
+
+    entity: str
+
+
+class ImpactUse(msgspec.Struct, kw_only=True):
+    """One dependent: a query or memory file (``name`` is its URI, or ``memory:<id>``), a measure or
+    aggregation (its canonical id), a join (``ds.model → target``) or a model's filters. ``target`` is
+    the entity it names; ``via`` the chain from the asked entity to it (empty when direct). A query
+    file that names the entity several times appears once per mention."""
+
+    kind: str
+    name: str
+    target: str
+    via: list[str]
+    location: Location | None = None
+
+
+class ImpactResult(msgspec.Struct, kw_only=True):
+    """``counts``: distinct dependents per kind; ``summary``: the code lens title
+    ("3 queries · 2 memories · 1 measure")."""
+
+    entity: str
+    kind: str
+    summary: str
+    counts: dict[str, int]
+    uses: list[ImpactUse]

@@ -144,7 +144,8 @@ def normalised(value: Any, store: Path) -> Any:
 
 
 # search waits for the first index; status answers at once, so it comes after
-ORDER = ["slayer/search", "slayer/inspect", "slayer/status", "slayer/saveMemory", "slayer/forgetMemory"]
+ORDER = ["slayer/search", "slayer/inspect", "slayer/impact", "slayer/status", "slayer/saveMemory",
+         "slayer/forgetMemory"]
 
 
 def test_commands_are_advertised(server):

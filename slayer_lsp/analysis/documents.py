@@ -81,6 +81,7 @@ class Reference:
     stage: int | None = None  # index into ``ParsedDocument.stages`` (query refs)
     call: str | None = None  # enclosing function in a formula: "sum" in "sum(amount)"
     canonical: str | None = None  # known without resolution (definitions, model-file refs)
+    prefix_span: Span | None = None  # a ``{name, model}`` reference: where its model is written
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,14 +370,15 @@ def _formula_refs(out: _Out, sc: Scalar, role: str, fld: str, index: int | None,
 
 
 def _ref(out: _Out, sc: Node, role: str, fld: str, index: int | None = None, stage: int | None = None,
-         text: str | None = None, canonical: str | None = None) -> None:
+         text: str | None = None, canonical: str | None = None, prefix_span: Span | None = None) -> None:
     if not isinstance(sc, Scalar) or not isinstance(sc.value, str) or not sc.value.strip():
         return
     value = sc.value
     lead = len(value) - len(value.lstrip())
     stripped = value.strip()
     span = scalar_span(out.text, sc, lead, lead + len(stripped))
-    out.refs.append(Reference(text or stripped, span, role, fld, index, stage, canonical=canonical))
+    out.refs.append(Reference(text or stripped, span, role, fld, index, stage, canonical=canonical,
+                              prefix_span=prefix_span))
 
 
 def _items(node: Node) -> list[tuple[int, Any]]:
@@ -490,7 +492,12 @@ def _name_ref(out: _Out, node: Mapping, role: str, fld: str, index: int, stage: 
     prefix = model.value.strip() if isinstance(model, Scalar) and isinstance(model.value, str) and \
         model.value.strip() else None
     if isinstance(name, Scalar) and isinstance(name.value, str):
-        _ref(out, name, role, fld, index, stage, text=f"{prefix}.{name.value.strip()}" if prefix else None)
+        pspan = None
+        if prefix is not None and isinstance(model, Scalar) and isinstance(model.value, str):
+            lead = len(model.value) - len(model.value.lstrip())
+            pspan = scalar_span(out.text, model, lead, lead + len(prefix))
+        _ref(out, name, role, fld, index, stage, text=f"{prefix}.{name.value.strip()}" if prefix else None,
+             prefix_span=pspan)
 
 
 def _walk_query(out: _Out, root: Node) -> None:

@@ -74,6 +74,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
     p.add_argument("--fail-on", choices=("error", "warning"), default="error",
                    help="lowest severity that makes the exit code 1 (default error)")
+    p.add_argument("--impact", nargs="+", action="extend", metavar="ENTITY",
+                   help="instead of checking, list what would break if these entities (canonical ids of "
+                        "datasources, models, columns, measures, aggregations) were removed or renamed: the "
+                        "store's measures, aggregations, joins, model filters and memories, and the query and "
+                        "memory files among PATH; exit code 1 when something would")
     add_scope_arguments(p)
 
 
@@ -199,11 +204,70 @@ def _result(path: str, span: Any, severity: str, code: str, message: str, source
                   severity, code, message, source)
 
 
+IMPACT_CODE = "would-break"
+IMPACT_CODES = {IMPACT_CODE: ("error", "Something that uses an entity given to --impact: removing or renaming "
+                                       "the entity breaks it (directly, or through the measures and joins "
+                                       "named in the message).")}
+
+
 @dataclass
 class Report:
     results: list[Result]
     store: str
     files: int
+    impact: tuple[str, ...] | None = None  # the entities of a --impact run
+
+
+def run_impact(entities: list[str], paths: list[str], storage: str | None, cwd: str | None = None,
+               scope: Any = None) -> Report:
+    """What uses each entity (``analysis.impact``, the editor's own answer), one finding per use at
+    its location. An entity the store does not have is a usage error."""
+    from slayer_lsp.analysis import documents as dm
+    from slayer_lsp.analysis.impact import ImpactError, impact
+    from slayer_lsp.analysis.store_checks import is_store_file
+    from slayer_lsp.analysis.workspace import WorkspaceDoc
+    from slayer_lsp.catalog import load_catalog
+    from slayer_lsp.catalog.scope import restrict
+    from slayer_lsp.store.safefs import Refused, read_file
+
+    cwd = cwd or os.getcwd()
+    location = _absolute_location(storage)
+    catalog = load_catalog(location)
+    if scope is not None:
+        catalog = restrict(catalog, scope)
+    if catalog.fatal:
+        raise UsageError(f"cannot read the store: {catalog.fatal}")
+    docs = []
+    files = documents_to_check(paths, location)
+    for path, kind in files:
+        if kind not in ("query", "memory") or is_store_file(kind, path, location):
+            continue  # the store's own files are the catalog's
+        try:
+            text = read_file(path, None, follow=True).decode("utf-8")
+        except (OSError, Refused, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path}: cannot be read: {exc}") from exc
+        docs.append(WorkspaceDoc(path, path, dm.parse_document(text, kind, path), False))
+    results: list[Result] = []
+    for entity in entities:
+        try:
+            found = impact(catalog, entity, docs)
+        except ImpactError as exc:
+            raise UsageError(str(exc)) from exc
+        for u in found.uses:
+            what = {"query": "the query", "memory": "the memory"}.get(u.kind, f"the {u.kind}")
+            name = _display(u.name, cwd) if u.kind in ("query", "memory") and os.path.isabs(u.name) else u.name
+            chain = [*reversed(u.via), entity] if u.via else [u.target]
+            message = f"{what} {name} uses {', which uses '.join(chain)}: removing or renaming {entity} breaks it"
+            loc = u.location
+            if loc is None:
+                results.append(Result(_display(str(location.path), cwd), 1, 1, 1, 1, "error", IMPACT_CODE,
+                                      message, DOC_SOURCE))
+                continue
+            if loc.detail:
+                message += f" ({loc.detail})"
+            results.append(_result(loc.path, loc.span, "error", IMPACT_CODE, message, DOC_SOURCE, cwd))
+    results.sort(key=Result.sort_key)
+    return Report(results, str(location), len(docs), tuple(entities))
 
 
 def run_check(paths: list[str], storage: str | None, cwd: str | None = None, scope: Any = None) -> Report:
@@ -259,6 +323,11 @@ def _plural(n: int, word: str) -> str:
 
 
 def summary(report: Report) -> str:
+    if report.impact is not None:
+        names = ", ".join(report.impact)
+        if not report.results:
+            return f"Nothing uses {names}: it can be removed or renamed safely."
+        return f"{_plural(len(report.results), 'use')} of {names} would break."
     counts = {s: sum(1 for r in report.results if r.severity == s) for s in RANK}
     where = f"the store {report.store}" + (f" and {_plural(report.files, 'file')}" if report.files else "")
     if not report.results:
@@ -319,7 +388,7 @@ def sarif_log(report: Report, cwd: str | None = None) -> dict[str, Any]:
     """A SARIF 2.1.0 log: one run, its rules from the codes table, columns in code points."""
     from slayer_lsp.analysis.store_checks import all_codes
 
-    codes = all_codes()
+    codes = {**all_codes(), **(IMPACT_CODES if report.impact is not None else {})}
     rules = [{"id": code, "name": _rule_name(code), "shortDescription": {"text": meaning},
               "fullDescription": {"text": meaning}, "defaultConfiguration": {"level": _SARIF_LEVEL[severity]}}
              for code, (severity, meaning) in codes.items()]
@@ -366,7 +435,10 @@ def exit_code(report: Report, fail_on: str) -> int:
 def cmd_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
-        report = run_check(args.paths, args.storage, scope=scope_from_args(args))
+        if getattr(args, "impact", None):
+            report = run_impact(args.impact, args.paths, args.storage, scope=scope_from_args(args))
+        else:
+            report = run_check(args.paths, args.storage, scope=scope_from_args(args))
     except UsageError as exc:
         print(f"slayer-lsp: error: {exc}", file=sys.stderr)
         return 2

@@ -33,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     check.add_parser(sub)
 
+    schema = sub.add_parser("schema", help="print the JSON Schema of SLayer query files or memory front matter "
+                                           "(for editors' YAML and JSON validation)")
+    schema.add_argument("kind", choices=("query", "memory"))
+
     serve = sub.add_parser("serve", help="run the language server on stdio (the default)")
     _storage_arg(serve)
     check.add_scope_arguments(serve)
@@ -293,6 +297,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(argv) or 0
 
 
+def cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from slayer_lsp.analysis.schemas import schema
+
+    sys.stdout.write(json.dumps(schema(args.kind), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    return 0
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     from slayer_lsp.mcp import serve
 
@@ -309,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose_log else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handlers = {"search": cmd_search, "search-facets": cmd_search_facets, "inspect": cmd_inspect, "embed": cmd_embed, "status": cmd_status,
-                "serve": cmd_serve, "mcp": cmd_mcp, "check": check.cmd_check, None: cmd_serve}
+                "serve": cmd_serve, "mcp": cmd_mcp, "check": check.cmd_check, "schema": cmd_schema, None: cmd_serve}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

@@ -49,14 +49,19 @@ from slayer_lsp.analysis import completion as comp
 from slayer_lsp.analysis import diagnostics as diag
 from slayer_lsp.analysis import documents as dm
 from slayer_lsp.analysis import hover as hov
+from slayer_lsp.analysis import impact as imp
+from slayer_lsp.analysis import inlay as inl
 from slayer_lsp.analysis import navigation as nav
+from slayer_lsp.analysis import rename as ren
+from slayer_lsp.analysis import signature as sig
+from slayer_lsp.analysis import workspace as wsp
 from slayer_lsp.lsp.options import Options, parse_options
 from slayer_lsp.watch import document_paths, watch_quiet_ms
 
 log = logging.getLogger(__name__)
 
 CUSTOM_METHODS = ("slayer/search", "slayer/inspect", "slayer/status", "slayer/saveMemory", "slayer/forgetMemory",
-                  "slayer/searchFacets")
+                  "slayer/searchFacets", "slayer/impact")
 COMPACT_AFTER_S = 2.0  # quiet time after a store change before the full-text statistics are rebuilt
 STORE_RETRY_S, STORE_RETRY_MAX_S = 0.5, 10.0  # re-reads of an unreadable store: first pause, longest pause
 STORE_SETTLE_S = 1.0  # one more whole re-read this long after the store became readable again
@@ -661,6 +666,53 @@ class SlayerLanguageServer(LanguageServer):
             lines = text.splitlines(True) if text else []
         return t.Location(uri=uri, range=self.to_range(loc.span, lines, self.workspace.position_codec))
 
+    def lines_of(self, key: str) -> list[str]:
+        """The lines of an open document (by URI) or of a file (by path or file URI), to convert columns."""
+        uri = key if "://" in key else (from_fs_path(key) or key)
+        if uri in self.workspace.text_documents:
+            return list(self.workspace.get_text_document(uri).lines)
+        path = to_fs_path(uri) if "://" in key else key
+        text = nav.FILES.read(path) if path else None
+        return text.splitlines(True) if text else []
+
+    def uri_of(self, key: str) -> str:
+        return key if "://" in key else (from_fs_path(key) or key)
+
+    def lsp_range(self, key: str, span: dm.Span) -> t.Range:
+        return self.to_range(span, self.lines_of(key), self.workspace.position_codec)
+
+    def folders(self) -> list[str]:
+        """The workspace folders' paths (the root when the client sent no folders)."""
+        out = []
+        for f in list(self.workspace.folders.values()):
+            path = to_fs_path(f.uri)
+            if path and os.path.isdir(path):
+                out.append(path)
+        if not out and self.workspace.root_path and os.path.isdir(self.workspace.root_path):
+            out.append(self.workspace.root_path)
+        return out
+
+    def open_snapshots(self) -> list[Snapshot]:
+        return [s for s in (self.snapshot(u) for u in list(self.workspace.text_documents)) if s is not None]
+
+    def workspace_docs(self, snaps: list[Snapshot]) -> list[wsp.WorkspaceDoc]:
+        """Every query and memory document of the workspace (blocking: run it on a worker thread)."""
+        opened = {s.uri: (s.path, self.parse(s)) for s in snaps}
+        root = self.engine.location.path if self.engine.location.backend == "yaml" else None
+        f = self.options.files
+        return wsp.workspace_documents(self.folders(), opened, f.query_patterns, f.memory_patterns, root)
+
+    def read_store_doc(self, snaps: list[Snapshot]):  # -> rename.ReadDoc
+        """Store files as the editor holds them: an open one's text, else the file."""
+        by_path = {os.path.abspath(s.path): s for s in snaps if s.path}
+
+        def read(path: str, kind: str) -> dm.ParsedDocument | None:
+            snap = by_path.get(os.path.abspath(path))
+            if snap is not None:
+                return dm.parse_document(snap.text, kind, snap.path)
+            return nav.FILES.parsed(path, kind)
+        return read
+
     # ------------------------------------------------------------------ diagnostics
 
     def schedule(self, uri: str, delay_ms: int | None = None) -> None:
@@ -1016,6 +1068,240 @@ async def code_action(ls: SlayerLanguageServer, params: t.CodeActionParams) -> l
     return await ls.run(work, default=None)
 
 
+# ====================================================================== rename, impact, lenses, signatures, hints
+
+def _refused(message: str) -> JsonRpcException:
+    """A refused rename or impact: the client shows the message (RequestFailed)."""
+    return JsonRpcException(message, code=t.LSPErrorCodes.RequestFailed.value)
+
+
+def _client_edit_caps(ls: SlayerLanguageServer) -> tuple[bool, bool, bool]:
+    """(documentChanges, file renames, change annotations) the client accepts in a WorkspaceEdit."""
+    caps = ls.client_capabilities
+    we = caps.workspace.workspace_edit if caps and caps.workspace else None
+    if we is None:
+        return False, False, False
+    ops = we.resource_operations or []
+    return (bool(we.document_changes), t.ResourceOperationKind.Rename in ops,
+            we.change_annotation_support is not None)
+
+
+STORE_ANNOTATION = "slayer-store"
+
+
+def rename_edit(ls: SlayerLanguageServer, plan: ren.RenamePlan) -> t.WorkspaceEdit:
+    """The plan as one WorkspaceEdit: text edits per file, then the store's file renames. Edits of
+    store files carry a change annotation that asks the user to confirm (when the client supports
+    them): the store is SLayer's, and its files change with this edit."""
+    doc_changes, renames_ok, annotations = _client_edit_caps(ls)
+    store = str(ls.engine.location.path)
+    if plan.renames and not (doc_changes and renames_ok):
+        raise _refused(f"renaming '{plan.entity}' renames its file in the store, and this editor does not accept "
+                       f"file renames in an edit (workspace.workspaceEdit.resourceOperations)")
+    if not doc_changes:
+        changes = {ls.uri_of(f.key): [t.TextEdit(range=ls.lsp_range(f.key, e.span), new_text=e.new_text)
+                                      for e in f.edits] for f in plan.files}
+        return t.WorkspaceEdit(changes=changes)
+    out: list[Any] = []
+    for f in plan.files:
+        in_store = "://" not in f.key and ren.is_inside(f.key, store)
+        note = STORE_ANNOTATION if annotations and in_store else None
+        edits: list[Any] = [
+            t.AnnotatedTextEdit(range=ls.lsp_range(f.key, e.span), new_text=e.new_text, annotation_id=note)
+            if note else t.TextEdit(range=ls.lsp_range(f.key, e.span), new_text=e.new_text) for e in f.edits]
+        uri = ls.uri_of(f.key)
+        version = ls.workspace.get_text_document(uri).version if uri in ls.workspace.text_documents else None
+        out.append(t.TextDocumentEdit(text_document=t.OptionalVersionedTextDocumentIdentifier(uri=uri,
+                                                                                              version=version),
+                                      edits=edits))
+    for r in plan.renames:
+        out.append(t.RenameFile(old_uri=ls.uri_of(r.old), new_uri=ls.uri_of(r.new),
+                                options=t.RenameFileOptions(overwrite=False, ignore_if_exists=False),
+                                annotation_id=STORE_ANNOTATION if annotations else None))
+    anns = {STORE_ANNOTATION: t.ChangeAnnotation(
+        label=f"Rename {plan.entity} to {plan.new_entity} in the SLayer store", needs_confirmation=True,
+        description="These files belong to the SLayer store; SLayer reads them as changed.")} if annotations else None
+    return t.WorkspaceEdit(document_changes=out, change_annotations=anns)
+
+
+@server.feature(t.TEXT_DOCUMENT_PREPARE_RENAME)
+async def prepare_rename(ls: SlayerLanguageServer, params: t.PrepareRenameParams) -> Any:
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        return None
+
+    def work() -> Any:
+        doc = ls.parse(snap)
+        if doc.kind == "other":
+            return None
+        line, col = ls.position(snap, params.position)
+        try:
+            target = ren.target_at(doc, line, col, ls.catalog())
+        except ren.RenameError as exc:
+            raise _refused(str(exc)) from exc
+        return t.PrepareRenamePlaceholder(range=ls.to_range(target.span, snap.lines, snap.codec),
+                                          placeholder=target.name)
+
+    return await ls.run(work, default=None)
+
+
+@server.feature(t.TEXT_DOCUMENT_RENAME)
+async def rename(ls: SlayerLanguageServer, params: t.RenameParams) -> t.WorkspaceEdit | None:
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        return None
+    snaps = ls.open_snapshots()
+
+    def work() -> t.WorkspaceEdit | None:
+        doc = ls.parse(snap)
+        if doc.kind == "other":
+            return None
+        line, col = ls.position(snap, params.position)
+        catalog = ls.catalog()
+        try:
+            target = ren.target_at(doc, line, col, catalog)
+            plan = ren.plan_rename(catalog, target.entity, params.new_name, ls.workspace_docs(snaps),
+                                   read=ls.read_store_doc(snaps))
+        except ren.RenameError as exc:
+            raise _refused(str(exc)) from exc
+        log.info("rename %s -> %s: %d edits in %d files, %d file renames", plan.entity, plan.new_entity,
+                 plan.edit_count, len(plan.files), len(plan.renames))
+        return rename_edit(ls, plan)
+
+    return await ls.run(work, default=None)
+
+
+def impact_result(ls: SlayerLanguageServer, result: imp.Impact) -> dict[str, Any]:
+    uses = []
+    for u in result.uses:
+        item: dict[str, Any] = {"kind": u.kind, "name": ls.uri_of(u.name) if u.kind in ("query", "memory") and
+                                not u.name.startswith("memory:") else u.name,
+                                "target": u.target, "via": list(u.via)}
+        if u.location is not None:
+            lsp_loc = ls.location(u.location)
+            item["location"] = {"uri": lsp_loc.uri, "range": {
+                "start": {"line": lsp_loc.range.start.line, "character": lsp_loc.range.start.character},
+                "end": {"line": lsp_loc.range.end.line, "character": lsp_loc.range.end.character}}}
+        uses.append(item)
+    return {"entity": result.entity, "kind": result.kind, "summary": result.summary(),
+            "counts": result.counts(), "uses": uses}
+
+
+async def do_impact(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    method = "slayer/impact"
+    raw = _object_params(method, params)
+    unknown = sorted(set(raw) - {"entity"})
+    if unknown:
+        raise JsonRpcInvalidParams(f"{method}: unknown parameter(s) {unknown}; expected ['entity']")
+    entity = raw.get("entity")
+    if not isinstance(entity, str) or not entity:
+        raise JsonRpcInvalidParams(f"{method}: 'entity' must be a canonical id (a non-empty string)")
+    if not await ls.ready():
+        raise JsonRpcInvalidParams(f"{method}: no store ({ls.engine_error})")
+    snaps = ls.open_snapshots()
+
+    def work() -> dict[str, Any]:
+        catalog = ls.catalog()
+        try:
+            found = imp.impact(catalog, entity, ls.workspace_docs(snaps))
+        except imp.ImpactError as exc:
+            raise JsonRpcInvalidParams(f"{method}: {exc}") from exc
+        return impact_result(ls, found)
+
+    return await asyncio.to_thread(work)
+
+
+LENS_KINDS = ("model", "column")
+
+
+@server.feature(t.TEXT_DOCUMENT_CODE_LENS, t.CodeLensOptions(resolve_provider=True))
+async def code_lens(ls: SlayerLanguageServer, params: t.CodeLensParams) -> list[t.CodeLens] | None:
+    """Unresolved lenses on a model file's model and column declarations: counting is left to
+    ``codeLens/resolve``, for the lenses the editor shows."""
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        return None
+
+    def work() -> list[t.CodeLens] | None:
+        doc = ls.parse(snap)
+        if doc.kind != "model" or doc.model_id is None or doc.model_id not in ls.catalog():
+            return None
+        lenses = []
+        for sym in doc.symbols:
+            entries = [(sym, doc.model_id)] + [(c, f"{doc.model_id}.{c.name}") for c in sym.children
+                                               if c.kind == "column"]
+            for s, canonical in entries:
+                if canonical in ls.catalog():
+                    lenses.append(t.CodeLens(range=ls.to_range(s.selection, snap.lines, snap.codec),
+                                             data={"entity": canonical}))
+        return lenses or None
+
+    return await ls.run(work, default=None)
+
+
+@server.feature(t.CODE_LENS_RESOLVE)
+async def code_lens_resolve(ls: SlayerLanguageServer, lens: t.CodeLens) -> t.CodeLens:
+    data = _plain(lens.data)
+    entity = data.get("entity") if isinstance(data, dict) else None
+    snaps = ls.open_snapshots()
+
+    def work() -> t.CodeLens:
+        if not isinstance(entity, str):
+            return lens
+        try:
+            found = imp.impact(ls.catalog(), entity, ls.workspace_docs(snaps), locate=False)
+        except imp.ImpactError:
+            lens.command = t.Command(title="not in the store", command="")
+            return lens
+        lens.command = t.Command(title=found.summary(), command="slayer.impact", arguments=[{"entity": entity}])
+        return lens
+
+    return await ls.run(work, default=lens)
+
+
+@server.feature(t.TEXT_DOCUMENT_SIGNATURE_HELP,
+                t.SignatureHelpOptions(trigger_characters=["(", ","], retrigger_characters=[",", "="]))
+async def signature_help(ls: SlayerLanguageServer, params: t.SignatureHelpParams) -> t.SignatureHelp | None:
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        return None
+
+    def work() -> t.SignatureHelp | None:
+        doc = ls.parse(snap)
+        if doc.kind == "other":
+            return None
+        line, col = ls.position(snap, params.position)
+        found = sig.signature_at(doc, line, col, ls.catalog())
+        if found is None:
+            return None
+        info = t.SignatureInformation(
+            label=found.label, documentation=found.documentation,
+            parameters=[t.ParameterInformation(label=p, documentation=d) for p, d in found.parameters],
+            active_parameter=found.active_parameter)
+        return t.SignatureHelp(signatures=[info], active_signature=0, active_parameter=found.active_parameter)
+
+    return await ls.run(work, default=None)
+
+
+@server.feature(t.TEXT_DOCUMENT_INLAY_HINT, t.InlayHintOptions(resolve_provider=False))
+async def inlay_hint(ls: SlayerLanguageServer, params: t.InlayHintParams) -> list[t.InlayHint] | None:
+    snap = ls.snapshot(params.text_document.uri)
+    if snap is None:
+        return None
+
+    def work() -> list[t.InlayHint] | None:
+        doc = ls.parse(snap)
+        hints = inl.inlay_hints(doc, ls.catalog(), params.range.start.line, params.range.end.line)
+        out = []
+        for h in hints:
+            pos = snap.codec.position_to_client_units(snap.lines, ServerTextPosition(h.line, h.col))
+            out.append(t.InlayHint(position=pos, label=f" {h.label}", kind=t.InlayHintKind.Type,
+                                   tooltip=f"resolves to {h.canonical}", padding_left=False))
+        return out or None
+
+    return await ls.run(work, default=None)
+
+
 # ====================================================================== custom requests and commands
 
 def _plain(value: Any) -> Any:
@@ -1304,6 +1590,11 @@ async def slayer_inspect(ls: SlayerLanguageServer, params: Any) -> dict[str, Any
     return await do_inspect(ls, params)
 
 
+@server.feature("slayer/impact")
+async def slayer_impact(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
+    return await do_impact(ls, params)
+
+
 @server.feature("slayer/status")
 async def slayer_status(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     return await do_status(ls, params)
@@ -1340,6 +1631,13 @@ async def cmd_inspect(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
     if args and all(isinstance(a, str) for a in args):  # slayer.inspect "ref" "ref2"
         return await do_inspect(ls, {"refs": list(args)})
     return await do_inspect(ls, _command_params("slayer.inspect", args))
+
+
+@server.command("slayer.impact")
+async def cmd_impact(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
+    if len(args) == 1 and isinstance(args[0], str):  # the entity alone
+        return await do_impact(ls, {"entity": args[0]})
+    return await do_impact(ls, _command_params("slayer.impact", args))
 
 
 @server.command("slayer.status")

@@ -68,6 +68,15 @@ local function main()
   out.column_hover = request("textDocument/hover", { textDocument = td, position = { line = 2, character = 16 } })
   out.search = request("slayer/search", vim.fn.json_decode(os.getenv("LSP_SEARCH")))
   out.bad = request("slayer/search", { max_results = "ten" })
+  -- editor depth: rename, signature help, inlay hints, impact
+  local on_subtotal = { textDocument = td, position = { line = 2, character = 17 } }
+  out.prepare_rename = request("textDocument/prepareRename", on_subtotal)
+  out.rename = request("textDocument/rename", vim.tbl_extend("force", on_subtotal, { newName = "net_subtotal" }))
+  out.rename_refused = request("textDocument/rename", vim.tbl_extend("force", on_subtotal, { newName = "tax_paid" }))
+  out.signature = request("textDocument/signatureHelp", { textDocument = td, position = { line = 2, character = 15 } })
+  out.inlay = request("textDocument/inlayHint", { textDocument = td,
+    range = { start = { line = 0, character = 0 }, ["end"] = { line = 3, character = 0 } } })
+  out.impact = request("slayer/impact", { entity = "jaffle.orders.subtotal" })
 
   client.stop()
   vim.wait(5000, function() return client.is_stopped() end, 20)

@@ -64,4 +64,19 @@ def test_neovim_headless_client(tmp_path_factory):
     assert [(h["kind"], h["id"]) for h in got["search"]["results"]] == [(h["kind"], h["id"]) for h in want["results"]]
     assert got["search"]["warnings"] == want["warnings"]
     assert got["bad"]["error"]["code"] == -32602 and "max_results" in got["bad"]["error"]["message"]
+
+    assert got["prepare_rename"]["placeholder"] == "subtotal"
+    edits: dict[str, list] = {}
+    for uri, changes in (got["rename"].get("changes") or {}).items():
+        edits.setdefault(uri, []).extend(changes)
+    for change in got["rename"].get("documentChanges") or []:
+        if "edits" in change:
+            edits.setdefault(change["textDocument"]["uri"], []).extend(change["edits"])
+    assert any(e["newText"] == "net_subtotal" and e["range"]["start"] == {"line": 2, "character": 15}
+               for e in edits[probe.as_uri()])
+    assert (store / "models" / "jaffle" / "orders.yaml").as_uri() in edits
+    assert "already exists" in got["rename_refused"]["error"]["message"]
+    assert got["signature"]["signatures"][0]["label"] == "sum(value)"
+    assert any("jaffle.orders.subtotal" in h["label"] for h in got["inlay"])
+    assert got["impact"]["entity"] == "jaffle.orders.subtotal" and got["impact"]["counts"]["memory"] >= 1
     assert got["stopped"] is True

@@ -1,0 +1,361 @@
+"""Rename a datasource, model, column, measure or aggregation everywhere it is named, as one plan.
+
+The plan is plain data (text edits per file, file renames); the language server turns it into one
+``WorkspaceEdit``. It covers the workspace's query and memory files (each reference, only the path
+segment that names the entity: ``stores.name`` -> ``shops.name``), the store's memory files (their
+canonical tags and example queries), and the store's model files of the datasource: the declaration,
+measure formulas, filters, ``default_time_dimension``, join targets and join keys. A model's file and a
+datasource's file and folder are renamed with it, since SLayer finds them by name.
+
+A rename that cannot be done whole is refused before anything is planned (``RenameError``): an invalid
+identifier, a name already taken, a store that is not a YAML directory (its rows change only through
+SLayer), a store file that cannot be read, or a reference whose text cannot be located.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import formulas
+from slayer_lsp.analysis.binding import Binding, bind_all, resolve, stage_source
+from slayer_lsp.analysis.impact import ENTITY_KINDS, ImpactError, check_entity
+from slayer_lsp.analysis.navigation import FILES
+from slayer_lsp.analysis.workspace import WorkspaceDoc
+from slayer_lsp.catalog import Catalog
+from slayer_lsp.catalog.ids import is_memory_ref, memory_ref
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_NAME = 255
+
+
+class RenameError(ValueError):
+    """A rename that is refused as a whole; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class EditData:
+    span: dm.Span
+    new_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class FileEdits:
+    key: str  # an open document's URI, or a file path
+    edits: tuple[EditData, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FileRename:
+    old: str  # paths
+    new: str
+
+
+@dataclass(frozen=True)
+class RenamePlan:
+    entity: str
+    new_entity: str
+    files: tuple[FileEdits, ...]
+    renames: tuple[FileRename, ...]
+
+    @property
+    def edit_count(self) -> int:
+        return sum(len(f.edits) for f in self.files)
+
+
+@dataclass(frozen=True, slots=True)
+class RenameTarget:
+    """What a rename at a position would rename: the entity, and the span of its name there."""
+
+    entity: str
+    kind: str
+    span: dm.Span
+    name: str
+
+
+ReadDoc = Callable[[str, str], "dm.ParsedDocument | None"]  # (path, kind) -> parse (open text first)
+
+
+def _default_read(path: str, kind: str) -> dm.ParsedDocument | None:
+    return FILES.parsed(path, kind)
+
+
+def name_of(entity: str) -> str:
+    return entity.rsplit(".", 1)[-1]
+
+
+def renamed(entity: str, new_name: str) -> str:
+    return entity.rsplit(".", 1)[0] + "." + new_name if "." in entity else new_name
+
+
+def check_new_name(catalog: Catalog, entity: str, kind: str, new_name: str) -> None:
+    """Refuse a name SLayer would not load, or one already taken where the entity lives."""
+    if not isinstance(new_name, str) or not IDENTIFIER.match(new_name) or len(new_name) > MAX_NAME:
+        raise RenameError(f"'{new_name}' is not a valid name: use letters, digits and underscores, "
+                          f"not starting with a digit")
+    if new_name.lower() in dm.KEYWORDS:
+        raise RenameError(f"'{new_name}' is a keyword of SLayer's formulas")
+    if new_name == name_of(entity):
+        raise RenameError(f"'{entity}' is already called '{new_name}'")
+    if kind == "aggregation" and formulas.normalize_aggregation_name(new_name) in formulas.BUILTIN_AGGREGATIONS:
+        raise RenameError(f"'{new_name}' is a built-in aggregation")
+    target = renamed(entity, new_name)
+    if kind == "datasource":
+        clash = new_name in catalog.datasources
+    else:
+        clash = target in catalog
+    if clash:
+        other = catalog.kind_of(target) or "datasource"
+        raise RenameError(f"cannot rename '{entity}' to '{new_name}': {other} '{target}' already exists")
+
+
+def _segment_spans(ref: dm.Reference) -> list[dm.Span | None]:
+    """Where each dotted segment of a reference is written (None when it is not verbatim)."""
+    segs = ref.text.split(".")
+    span = ref.span
+    if span.end - span.start == len(ref.text):
+        out, col = [], span.start
+        for s in segs:
+            out.append(dm.Span(span.line, col, col + len(s)))
+            col += len(s) + 1
+        return out
+    if ref.prefix_span is not None and len(segs) == 2:
+        return [ref.prefix_span, span]
+    if len(segs) == 1:
+        return [span]
+    last = segs[-1]
+    tail = dm.Span(span.line, span.end - len(last), span.end) if span.end - span.start == len(last) else None
+    return [None] * (len(segs) - 1) + [tail]
+
+
+def _names_entity(b: Binding, i: int, segs: list[str], catalog: Catalog, source: object | None,
+                  entity: str) -> bool:
+    if i == len(segs) - 1:
+        return b.canonical == entity
+    canonical, _, _, _ = resolve(".".join(segs[: i + 1]), catalog, source)
+    return canonical == entity
+
+
+def _source(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog, cache: dict) -> object | None:
+    if ref.role == dm.MODEL_FORMULA:
+        return doc.model_id
+    if ref.stage is None or ref.stage >= len(doc.stages):
+        return None
+    if ref.stage not in cache:
+        cache[ref.stage] = stage_source(doc.stages[ref.stage], catalog)[0]
+    return cache[ref.stage]
+
+
+def _ref_edits(doc: dm.ParsedDocument, b: Binding, catalog: Catalog, entity: str, new_entity: str,
+               where: str, sources: dict) -> list[EditData]:
+    ref = b.ref
+    old, new = name_of(entity), name_of(new_entity)
+    if ref.role == dm.ENTITY_TAG:
+        if ref.text == entity or ref.text.startswith(entity + "."):
+            return [EditData(ref.span, new_entity + ref.text[len(entity):])]
+        return []
+    if ref.role in (dm.DEFINITION, dm.JOIN_TARGET, dm.JOIN_KEY, dm.FUNCTION):
+        return [EditData(ref.span, new)] if b.canonical == entity and ref.text.strip() == old else []
+    if old not in ref.text:
+        return []
+    segs = ref.text.split(".")
+    if old not in segs:
+        return []
+    source = _source(doc, ref, catalog, sources)
+    spans = _segment_spans(ref)
+    out = []
+    for i, seg in enumerate(segs):
+        if seg != old or not _names_entity(b, i, segs, catalog, source, entity):
+            continue
+        if spans[i] is None:
+            raise RenameError(f"cannot rename '{entity}': the reference '{ref.text}' in {where} (line "
+                              f"{ref.span.line + 1}) is not written verbatim; edit it by hand first")
+        out.append(EditData(spans[i], new))  # type: ignore[arg-type]
+    return out
+
+
+def document_edits(doc: dm.ParsedDocument, catalog: Catalog, entity: str, new_entity: str,
+                   where: str) -> list[EditData]:
+    """The edits one document needs (any kind: query, memory, model, datasource)."""
+    out: list[EditData] = []
+    sources: dict = {}
+    for b in bind_all(doc, catalog):
+        if b.ref.role == dm.ENTITY_TAG and (b.ref.text == entity or b.ref.text.startswith(entity + ".")):
+            out.extend(_ref_edits(doc, b, catalog, entity, new_entity, where, sources))
+            continue
+        if b.canonical is None:
+            continue
+        if b.canonical != entity and not b.canonical.startswith(entity + ".") and name_of(entity) not in b.ref.text:
+            continue
+        out.extend(_ref_edits(doc, b, catalog, entity, new_entity, where, sources))
+    uniq = {(e.span, e.new_text): e for e in out}
+    return sorted(uniq.values(), key=lambda e: (e.span.line, e.span.start))
+
+
+_DS_LINE = re.compile(r"^(data_source:\s*)(['\"]?)([^'\"\s#]+)\2\s*(?:#.*)?$")
+_LIST_LINE = re.compile(r"^(\s*-\s*)(['\"]?)([^'\"\s#]+)\2\s*(?:#.*)?$")
+
+
+def _line_edits(text: str, pattern: re.Pattern[str], old: str, new: str) -> list[EditData]:
+    out = []
+    for i, line in enumerate(text.split("\n")):
+        m = pattern.match(line)
+        if m and m.group(3) == old:
+            out.append(EditData(dm.Span(i, m.start(3), m.end(3)), new))
+    return out
+
+
+def target_at(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog) -> RenameTarget:
+    """The entity a rename at this position renames (the segment under the cursor), or ``RenameError``."""
+    ref = doc.ref_at(line, col) or next(
+        (r for r in doc.refs if r.prefix_span is not None and r.prefix_span.contains(line, col)), None)
+    if ref is None:
+        raise RenameError("nothing to rename here: put the cursor on a datasource, model, column, measure "
+                          "or aggregation name")
+    b = next((x for x in bind_all(doc, catalog) if x.ref is ref), None)
+    if ref.role == dm.ENTITY_TAG:
+        if is_memory_ref(ref.text) or ref.text not in catalog:
+            raise RenameError(f"'{ref.text}' is not an entity of the store")
+        segs = ref.text.split(".")
+        k, col_at = 0, ref.span.start
+        for i, s in enumerate(segs):
+            if col_at <= col <= col_at + len(s):
+                k = i
+                break
+            col_at += len(s) + 1
+        entity = ".".join(segs[: k + 1])
+        return _target(catalog, entity, dm.Span(ref.span.line, col_at, col_at + len(segs[k])))
+    if b is None or b.canonical is None:
+        raise RenameError(f"'{ref.text}' does not resolve in the store: nothing to rename")
+    if ref.role in (dm.DEFINITION, dm.JOIN_TARGET, dm.JOIN_KEY, dm.FUNCTION):
+        return _target(catalog, b.canonical, ref.span)
+    segs = ref.text.split(".")
+    spans = _segment_spans(ref)
+    source = _source(doc, ref, catalog, {})
+    for i, sp in enumerate(spans):
+        if sp is None or not (sp.line == line and sp.start <= col <= sp.end):
+            continue
+        if i == len(segs) - 1:
+            return _target(catalog, b.canonical, sp)
+        canonical, _, _, _ = resolve(".".join(segs[: i + 1]), catalog, source)
+        if canonical is None or name_of(canonical) != segs[i]:
+            raise RenameError(f"'{segs[i]}' is a join name here, not an entity name: rename it in the model file")
+        return _target(catalog, canonical, sp)
+    raise RenameError(f"cannot locate the name under the cursor in '{ref.text}'")
+
+
+def _target(catalog: Catalog, entity: str, span: dm.Span) -> RenameTarget:
+    try:
+        kind = check_entity(catalog, entity)
+    except ImpactError as exc:
+        raise RenameError(str(exc)) from exc
+    return RenameTarget(entity, kind, span, name_of(entity))
+
+
+def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[WorkspaceDoc] = (),
+                read: ReadDoc = _default_read) -> RenamePlan:
+    """Every edit the rename needs, or ``RenameError`` (nothing is planned half)."""
+    try:
+        kind = check_entity(catalog, entity)
+    except ImpactError as exc:
+        raise RenameError(str(exc)) from exc
+    assert kind in ENTITY_KINDS
+    check_new_name(catalog, entity, kind, new_name)
+    if catalog.location.backend != "yaml":
+        raise RenameError(f"the store is a SQLite file: '{entity}' is a row of it and can be renamed only "
+                          f"through SLayer (a text edit cannot change it)")
+    new_entity = renamed(entity, new_name)
+    store = Path(catalog.location.path)
+    files: dict[str, list[EditData]] = {}
+
+    def add(key: str, edits: Iterable[EditData]) -> None:
+        edits = list(edits)
+        if edits:
+            files.setdefault(key, []).extend(edits)
+
+    for wd in docs:
+        add(wd.key, document_edits(wd.doc, catalog, entity, new_entity, wd.key))
+    ds = entity.split(".", 1)[0]
+    # the store's model files of the datasource (joins and formulas reach only within it)
+    for mid in catalog.children(ds):
+        ent = catalog.get(mid)
+        if ent is None or ent.kind != "model":
+            continue
+        path = ent.source.path
+        doc = read(path, "model")
+        if doc is None:
+            raise RenameError(f"cannot rename '{entity}': the model file {path} cannot be read")
+        add(path, document_edits(doc, catalog, entity, new_entity, path))
+        if kind == "datasource":
+            add(path, _line_edits(doc.text, _DS_LINE, ds, new_name))
+    for mid in catalog.memory_order:
+        ent = catalog.get(memory_ref(mid))
+        mem = catalog.memory(mid)
+        if ent is None or mem is None:
+            continue
+        if not any(t == entity or t.startswith(entity + ".") for t in mem.entities) and mem.query is None:
+            continue
+        doc = read(ent.source.path, "memory")
+        if doc is None:
+            raise RenameError(f"cannot rename '{entity}': the memory file {ent.source.path} cannot be read")
+        add(ent.source.path, document_edits(doc, catalog, entity, new_entity, ent.source.path))
+    renames: list[FileRename] = []
+    if kind == "datasource":
+        ds_ent = catalog.get(entity)
+        if ds_ent is not None:
+            path = ds_ent.source.path
+            doc = read(path, "datasource")
+            if doc is None:
+                raise RenameError(f"cannot rename '{entity}': {path} cannot be read")
+            add(path, document_edits(doc, catalog, entity, new_entity, path))
+            renames.append(FileRename(path, _sibling(path, new_name, store, "datasources")))
+        priority = store / "priority.yaml"
+        if priority.is_file():
+            pdoc = read(str(priority), "other")
+            if pdoc is not None:
+                add(str(priority), _line_edits(pdoc.text, _LIST_LINE, ds, new_name))
+        folder = store / "models" / ds
+        if folder.is_dir():
+            dst = store / "models" / new_name
+            if dst.exists():
+                raise RenameError(f"cannot rename '{entity}': {dst} already exists")
+            renames.append(FileRename(str(folder), str(dst)))
+    elif kind == "model":
+        path = catalog.get(entity).source.path  # type: ignore[union-attr]
+        renames.append(FileRename(path, _sibling(path, new_name, store, "models")))
+    out = tuple(FileEdits(k, tuple(_no_overlap(k, v))) for k, v in files.items())
+    return RenamePlan(entity, new_entity, out, tuple(renames))
+
+
+def _sibling(path: str, new_name: str, store: Path, what: str) -> str:
+    p = Path(path)
+    dst = p.with_name(new_name + p.suffix)
+    if dst.exists():
+        raise RenameError(f"cannot rename: {dst} already exists in the store's {what}")
+    return str(dst)
+
+
+def _no_overlap(key: str, edits: list[EditData]) -> list[EditData]:
+    uniq = sorted({(e.span, e.new_text): e for e in edits}.values(), key=lambda e: (e.span.line, e.span.start))
+    for a, b in zip(uniq, uniq[1:], strict=False):
+        if a.span.line == b.span.line and b.span.start < a.span.end:
+            raise RenameError(f"cannot rename: two edits overlap in {key} at line {a.span.line + 1}")
+    return uniq
+
+
+def apply_edits(text: str, edits: Iterable[EditData]) -> str:
+    """A file's text with the edits applied (code-point columns); for tests and the CLI."""
+    lines = text.split("\n")
+    for e in sorted(edits, key=lambda e: (e.span.line, e.span.start), reverse=True):
+        line = lines[e.span.line]
+        lines[e.span.line] = line[: e.span.start] + e.new_text + line[e.span.end:]
+    return "\n".join(lines)
+
+
+def is_inside(path: str, root: str | Path) -> bool:
+    root = os.path.abspath(root)
+    return os.path.abspath(path).startswith(root + os.sep)
