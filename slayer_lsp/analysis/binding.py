@@ -138,7 +138,7 @@ def bind_ref(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog,
         if info.source_error is not None:
             return Binding(ref, None, (), info.source_error, info.source_error_type)
         canonical = getattr(info.source, "canonical", None)
-        if canonical not in catalog:
+        if canonical is None or canonical not in catalog:
             return Binding(ref, skipped=True, note="an inline model")
         return Binding(ref, canonical)
     # a query field

@@ -568,10 +568,11 @@ def _walk_model(out: _Out, root: Node, path: str | None) -> str | None:
         for _, pair in _items(j.get("join_pairs")):
             if isinstance(pair, Sequence) and len(pair.items) == 2:
                 left, right = pair.items
-                if _str(left):
-                    _ref(out, left, JOIN_KEY, "joins", i, canonical=f"{mid}.{_str(left).strip()}")
-                if _str(right) and tname and ds:
-                    _ref(out, right, JOIN_KEY, "joins", i, canonical=f"{ds}.{tname.strip()}.{_str(right).strip()}")
+                left_name, right_name = _str(left), _str(right)
+                if left_name:
+                    _ref(out, left, JOIN_KEY, "joins", i, canonical=f"{mid}.{left_name.strip()}")
+                if right_name and tname and ds:
+                    _ref(out, right, JOIN_KEY, "joins", i, canonical=f"{ds}.{tname.strip()}.{right_name.strip()}")
     for i, f in _items(root.get("filters")):
         if isinstance(f, Scalar):
             _formula_refs(out, f, MODEL_FORMULA, "filters", i, None, owner=mid)

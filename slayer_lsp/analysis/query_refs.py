@@ -20,7 +20,7 @@ import hashlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from slayer_lsp.analysis import formulas
 from slayer_lsp.analysis.resolver import EntityResolutionError, SourceModel, model_identity, resolve_entity
@@ -213,7 +213,10 @@ def _local_names(query: Mapping[str, Any]) -> tuple[set[str], set[str]]:
     return names, added
 
 
-def _detached(exc: BaseException) -> BaseException:
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _detached(exc: _E) -> _E:
     """The exception without tracebacks (its own and its causes'): a kept problem's frames would
     hold the catalog of the walk that raised it, and through the bindings cached beside it every
     superseded snapshot after it (the soak bench saw the daemon grow by the minute)."""

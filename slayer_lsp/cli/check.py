@@ -22,9 +22,12 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from slayer_lsp import __version__
+
+if TYPE_CHECKING:
+    from slayer_lsp.store.locate import StoreLocation
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +125,7 @@ def rewrite_check_flag(argv: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- collecting
 
 
-def _absolute_location(storage: str | None):  # type: ignore[no-untyped-def]
+def _absolute_location(storage: str | None) -> StoreLocation:
     from slayer_lsp.store.locate import StoreLocation, locate
 
     loc = locate(storage)

@@ -12,6 +12,7 @@ start). Keys are accepted in camelCase (editor settings) or snake_case, at the t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,7 +135,8 @@ class _Parser:
             return {}
         return value
 
-    def value(self, section: dict[str, Any], path: str, key: str, current: Any, check) -> Any:  # type: ignore[no-untyped-def]
+    def value(self, section: dict[str, Any], path: str, key: str, current: Any,
+              check: Callable[[Any], Any]) -> Any:
         found, value = _get(section, key)
         if not found:
             return current
@@ -164,7 +166,7 @@ def _bool(value: Any) -> bool:
     raise ValueError(f"expected true or false, got {_type_name(value)}")
 
 
-def _int_between(low: int, high: int):  # type: ignore[no-untyped-def]
+def _int_between(low: int, high: int) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
             raise ValueError(f"expected an integer, got {_type_name(value)}")
@@ -182,7 +184,7 @@ def _optional_str(value: Any) -> str | None:
     return value.strip() or None
 
 
-def _str_list(*, non_empty: bool):  # type: ignore[no-untyped-def]
+def _str_list(*, non_empty: bool) -> Callable[[Any], tuple[str, ...]]:
     def check(value: Any) -> tuple[str, ...]:
         if isinstance(value, str):
             value = [value]
