@@ -107,3 +107,18 @@ def forget(engine: Any, state: Any, memory_id: str | int) -> bool:
         return forget_memory(engine.location, state.catalog, memory_id, reachable=reachable_memories(state))
     except MemoryWriteError as exc:
         raise WriteRefused(str(exc), store_side=store_side(exc)) from exc
+
+
+def rename_rows(engine: Any, store: Any, renamed: str) -> None:
+    """Write a SQLite store's part of a rename (``analysis.rename.StoreRename``): every row in one
+    transaction, or none (blocking: run it off the event loop). Raises ``WriteRefused``."""
+    from slayer_lsp.store.writer import MemoryWriteError
+    from slayer_lsp.store.writer import rename_rows as write_rows
+
+    if str(engine.location.path) != store.db:
+        raise WriteRefused(f"the rename was planned for {store.db}, and the session's store is now "
+                           f"{engine.location.path}; rename again", store_side=True)
+    try:
+        write_rows(store.db, store.rows, [renamed])
+    except MemoryWriteError as exc:
+        raise WriteRefused(str(exc), store_side=True) from exc

@@ -70,6 +70,10 @@ async def run(op):
         memories, errors = await storage.load_memories()
         return {"memories": {m.id: m.model_dump(mode="json") for m in memories},
                 "order": [m.id for m in memories], "errors": [str(e) for e in errors]}
+    if kind == "models":
+        models, errors = await storage.load_models()
+        return {"models": {f"{m.data_source}.{m.name}": m.model_dump(mode="json", exclude_none=True) for m in models},
+                "errors": [str(e) for e in errors]}
     if kind == "get":
         return {i: (await storage.get_memory(i)).model_dump(mode="json") for i in op["ids"]}
     if kind == "write_row":

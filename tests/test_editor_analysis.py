@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from slayer_lsp.analysis.schemas import schema
 from slayer_lsp.analysis.signature import open_call, signature_at
 from slayer_lsp.analysis.workspace import WorkspaceDoc, workspace_documents
 from slayer_lsp.catalog import load_catalog
+from slayer_lsp.store import writer
 
 from .conftest import FIXTURES
 
@@ -106,9 +108,95 @@ def test_rename_refused(catalog, docs, entity, new, message):
         rn.plan_rename(catalog, entity, new, docs)
 
 
-def test_rename_refused_in_a_sqlite_store(sqlite_catalog):
-    with pytest.raises(rn.RenameError, match="SQLite"):
-        rn.plan_rename(sqlite_catalog, "jaffle.orders.status", "state", [])
+@pytest.fixture()
+def sqlite_copy(tmp_path):
+    dst = tmp_path / "store.db"
+    shutil.copyfile(FIXTURES / "store.db", dst)
+    dst.chmod(0o644)
+    return dst
+
+
+def _rows(db, table):
+    conn = sqlite3.connect(db)
+    try:
+        key = "data_source || '.' || name" if table == "models" else "id"
+        return dict(conn.execute(f"SELECT {key}, data FROM {table}").fetchall())
+    finally:
+        conn.close()
+
+
+SQLITE_RENAMES = [
+    # entity, new name, the query after the rename, model rows rewritten (before -> after), memory rows
+    ("jaffle.stores", "shops", QUERY.replace("stores", "shops"),
+     {("jaffle", "orders"): ("jaffle", "orders"), ("jaffle", "stores"): ("jaffle", "shops")}, {"3", "6", "11"}),
+    ("jaffle.orders.status", "state", QUERY.replace("status =", "state ="),
+     {("jaffle", "orders"): ("jaffle", "orders")}, {"2", "6"}),
+    ("jaffle.orders.avg_nonzero", "avg_nz", QUERY.replace("avg_nonzero", "avg_nz"),
+     {("jaffle", "orders"): ("jaffle", "orders")}, {"12"}),
+]
+
+
+@pytest.mark.parametrize("entity, new, after, models, memories", SQLITE_RENAMES, ids=[r[0] for r in SQLITE_RENAMES])
+def test_rename_in_a_sqlite_store_rewrites_rows_in_one_transaction(sqlite_copy, docs, entity, new, after, models,
+                                                                   memories):
+    """The same rename as in the YAML store: the workspace file's edits, and the rows the store rewrites,
+    which the catalog then reads with the new name everywhere and the old one nowhere."""
+    plan = rn.plan_rename(load_catalog(sqlite_copy), entity, new, docs)
+    (only,) = plan.files
+    assert rn.apply_edits(QUERY, only.edits) == after and plan.renames == ()
+    assert {r.key: r.new_key for r in plan.store.rows if r.table == "models"} == models
+    assert {r.key[0] for r in plan.store.rows if r.table == "memories"} == memories
+    untouched = {k: v for k, v in _rows(sqlite_copy, "memories").items() if k not in memories}
+    writer.rename_rows(sqlite_copy, plan.store.rows, [entity])
+    assert {k: v for k, v in _rows(sqlite_copy, "memories").items() if k not in memories} == untouched
+    cat = load_catalog(sqlite_copy)
+    assert cat.fatal is None and cat.kind_of(plan.new_entity) is not None and entity not in cat
+    for mid in memories:
+        mem = cat.memory(mid)
+        assert not any(t == entity or t.startswith(entity + ".") for t in mem.entities), mem.entities
+    conn = sqlite3.connect(sqlite_copy)
+    tags = {e for (e,) in conn.execute("SELECT entity FROM memory_entities")}
+    assert not any(t == entity or t.startswith(entity + ".") for t in tags)
+    assert conn.execute("SELECT COUNT(*) FROM embeddings WHERE canonical_id = ? OR canonical_id LIKE ?",
+                        (entity, entity + ".%")).fetchone()[0] == 0
+    conn.close()
+
+
+def test_sqlite_rename_rows_are_rewritten_all_or_none(sqlite_copy):
+    """A row changed after planning refuses the whole write: no row of the plan is written."""
+    plan = rn.plan_rename(load_catalog(sqlite_copy), "jaffle.stores", "shops", [])
+    before = (_rows(sqlite_copy, "models"), _rows(sqlite_copy, "memories"))
+    conn = sqlite3.connect(sqlite_copy)
+    conn.execute("UPDATE memories SET data = replace(data, 'per store', 'per shop') WHERE id = '6'")
+    conn.commit()
+    conn.close()
+    changed = (before[0], {**before[1], "6": before[1]["6"].replace("per store", "per shop")})
+    with pytest.raises(writer.MemoryWriteError, match="changed since the rename was planned"):
+        writer.rename_rows(sqlite_copy, plan.store.rows, ["jaffle.stores"])
+    assert (_rows(sqlite_copy, "models"), _rows(sqlite_copy, "memories")) == changed
+    taken = [r for r in plan.store.rows if r.key != r.new_key]
+    conn = sqlite3.connect(sqlite_copy)
+    conn.execute("INSERT INTO models (data_source, name, data) VALUES ('jaffle', 'shops', '{}')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(writer.MemoryWriteError, match="already exists"):
+        writer.rename_rows(sqlite_copy, taken, ["jaffle.stores"])
+    assert _rows(sqlite_copy, "models")["jaffle.stores"] == before[0]["jaffle.stores"]
+
+
+def test_rename_refused_in_a_sqlite_store(sqlite_copy):
+    catalog = load_catalog(sqlite_copy)
+    with pytest.raises(rn.RenameError, match="datasource 'jaffle' of a SQLite store"):
+        rn.plan_rename(catalog, "jaffle", "jf", [])
+    with pytest.raises(rn.RenameError, match="already exists"):
+        rn.plan_rename(catalog, "jaffle.orders.status", "subtotal", [])
+    conn = sqlite3.connect(sqlite_copy)
+    conn.execute("UPDATE models SET data = replace(data, '\"version\": 15, ', '\"version\":15, ') "
+                 "WHERE name = 'stores'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(rn.RenameError, match="not in the form SLayer writes"):
+        rn.plan_rename(catalog, "jaffle.orders.status", "state", [])
 
 
 @pytest.mark.parametrize("line, col, entity, name", [

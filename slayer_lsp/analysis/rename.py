@@ -7,18 +7,28 @@ canonical tags and example queries), and the store's model files of the datasour
 measure formulas, filters, ``default_time_dimension``, join targets and join keys. A model's file and a
 datasource's file and folder are renamed with it, since SLayer finds them by name.
 
+In a SQLite store the declarations and memories are rows, not files: the plan's text edits cover the
+workspace's files only, and ``store`` holds the rows to rewrite (the datasource's model rows, the memory
+rows that name the entity), each computed by the same document edits on the row rendered as text (a
+model row as indented JSON, a memory row as its memory file) and stored back in SLayer's form. They are
+written later, in one transaction, by the writer (``store.writer.rename_rows``). A datasource of a SQLite
+store is not renamed: its name keys every model row, its connection row and the priority setting.
+
 A rename that cannot be done whole is refused before anything is planned (``RenameError``): an invalid
-identifier, a name already taken, a store that is not a YAML directory (its rows change only through
-SLayer), a store file that cannot be read, or a reference whose text cannot be located.
+identifier, a name already taken, a store file or row that cannot be read or is not in SLayer's form,
+a SQLite datasource, or a reference whose text cannot be located.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from slayer_lsp.analysis import documents as dm
 from slayer_lsp.analysis import formulas
@@ -28,6 +38,7 @@ from slayer_lsp.analysis.navigation import FILES
 from slayer_lsp.analysis.workspace import WorkspaceDoc
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import is_memory_ref, memory_ref
+from slayer_lsp.store.writer import MemoryWriteError, RowRewrite, memory_markdown, read_rename_rows
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_NAME = 255
@@ -56,11 +67,28 @@ class FileRename:
 
 
 @dataclass(frozen=True)
+class StoreRename:
+    """The rows of a SQLite store a rename rewrites (all in one transaction, or none)."""
+
+    db: str
+    rows: tuple[RowRewrite, ...]
+
+    @property
+    def models(self) -> int:
+        return sum(r.table == "models" for r in self.rows)
+
+    @property
+    def memories(self) -> int:
+        return sum(r.table == "memories" for r in self.rows)
+
+
+@dataclass(frozen=True)
 class RenamePlan:
     entity: str
     new_entity: str
     files: tuple[FileEdits, ...]
     renames: tuple[FileRename, ...]
+    store: StoreRename | None = None
 
     @property
     def edit_count(self) -> int:
@@ -265,10 +293,9 @@ def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[Wor
         raise RenameError(str(exc)) from exc
     assert kind in ENTITY_KINDS
     check_new_name(catalog, entity, kind, new_name)
-    if catalog.location.backend != "yaml":
-        raise RenameError(f"the store is a SQLite file: '{entity}' is a row of it and can be renamed only "
-                          f"through SLayer (a text edit cannot change it)")
     new_entity = renamed(entity, new_name)
+    if catalog.location.backend != "yaml":
+        return _plan_sqlite(catalog, entity, kind, new_entity, docs)
     store = Path(catalog.location.path)
     files: dict[str, list[EditData]] = {}
 
@@ -329,6 +356,101 @@ def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[Wor
         renames.append(FileRename(path, _sibling(path, new_name, store, "models")))
     out = tuple(FileEdits(k, tuple(_no_overlap(k, v))) for k, v in files.items())
     return RenamePlan(entity, new_entity, out, tuple(renames))
+
+
+def _plan_sqlite(catalog: Catalog, entity: str, kind: str, new_entity: str,
+                 docs: Sequence[WorkspaceDoc]) -> RenamePlan:
+    if kind == "datasource":
+        raise RenameError(f"cannot rename datasource '{entity}' of a SQLite store: its name keys every model "
+                          f"row, its connection and the priority setting; rename it with SLayer")
+    db = str(catalog.location.path)
+    files = tuple(FileEdits(wd.key, tuple(_no_overlap(wd.key, e)))
+                  for wd in docs if (e := document_edits(wd.doc, catalog, entity, new_entity, wd.key)))
+    ds = entity.split(".", 1)[0]
+    try:
+        models, memories = read_rename_rows(db, ds)
+    except MemoryWriteError as exc:
+        raise RenameError(f"cannot rename '{entity}': {exc}") from exc
+    rows: list[RowRewrite] = []
+    for row_ds, name, data in models:
+        where = f"{db} [models {row_ds}.{name}]"
+        value = _slayer_json(data, where)
+        text = json.dumps(value, indent=1)
+        edits = _no_overlap(where, document_edits(dm.parse_document(text, "model", db), catalog, entity,
+                                                  new_entity, where))
+        if not edits:
+            continue
+        new_value = _reloaded(apply_edits(text, edits), where)
+        new_name = new_value.get("name") if isinstance(new_value, dict) else None
+        if not isinstance(new_name, str) or (new_name != name and not (kind == "model" and
+                                                                       entity == f"{row_ds}.{name}")):
+            raise RenameError(f"cannot rename '{entity}': the rewrite of {where} would change its name")
+        rows.append(RowRewrite("models", (row_ds, name), data, json.dumps(new_value), (row_ds, new_name)))
+    for memory_id, data in memories:
+        where = f"{db} [memories {memory_id!r}]"
+        value = _slayer_json(data, where)
+        tags = value.get("entities") if isinstance(value, dict) else None
+        query = value.get("query") if isinstance(value, dict) else None
+        if not isinstance(tags, list) or not isinstance(value.get("learning"), str):
+            continue  # not a memory SLayer loads: the catalog does not see it either
+        if not any(t == entity or (isinstance(t, str) and t.startswith(entity + ".")) for t in tags) \
+                and query is None:
+            continue
+        text = memory_markdown(value)
+        edits = _no_overlap(where, document_edits(dm.parse_document(text, "memory", db), catalog, entity,
+                                                  new_entity, where))
+        if not edits:
+            continue
+        front = _front_matter(apply_edits(text, edits), where)
+        new_tags = front.get("entities") or []
+        new_value = {**value, "entities": new_tags, "query": _in_order(query, front.get("query"), where)}
+        rows.append(RowRewrite("memories", (memory_id,), data, json.dumps(new_value), (memory_id,),
+                               tuple(dict.fromkeys(new_tags))))
+    return RenamePlan(entity, new_entity, files, (), StoreRename(db, tuple(rows)))
+
+
+def _slayer_json(data: str, where: str) -> object:
+    """A row's JSON, refused unless it is exactly what SLayer's ``json.dumps`` wrote (so the rewrite,
+    dumped the same way, changes nothing but the names)."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        raise RenameError(f"cannot rename: {where} is not valid JSON; fix it with SLayer first") from None
+    if json.dumps(value) != data:
+        raise RenameError(f"cannot rename: {where} is not in the form SLayer writes; re-save it with SLayer first")
+    return value
+
+
+def _in_order(old: object, new: object, where: str) -> object:
+    """``new`` (read back from YAML, keys sorted) in ``old``'s key order, as SLayer dumped it; the two
+    differ only in strings, so any other difference refuses the rename."""
+    if isinstance(old, dict) and isinstance(new, dict) and old.keys() == new.keys():
+        return {k: _in_order(old[k], new[k], where) for k in old}
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [_in_order(a, b, where) for a, b in zip(old, new, strict=True)]
+    if type(old) is type(new) and (isinstance(old, str) or old == new):
+        return new
+    raise RenameError(f"cannot rename: the rewrite of {where} does not read back as it was stored; nothing "
+                      f"was planned")
+
+
+def _reloaded(text: str, where: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise RenameError(f"cannot rename: the rewrite of {where} is not valid JSON (a name inside an escaped "
+                          f"string?); nothing was planned") from None
+
+
+def _front_matter(text: str, where: str) -> dict:
+    head, sep, _ = text.partition("\n---\n")
+    try:
+        front = yaml.safe_load(head[4:]) if text.startswith("---\n") and sep else None
+    except yaml.YAMLError:
+        front = None
+    if not isinstance(front, dict):
+        raise RenameError(f"cannot rename: the rewrite of {where} cannot be read back; nothing was planned")
+    return front
 
 
 def _sibling(path: str, new_name: str, store: Path, what: str) -> str:

@@ -328,6 +328,9 @@ class SlayerLanguageServer(LanguageServer):
         self._ready: asyncio.Event | None = None
         self._index_task: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Task[None]] = {}
+        # the store part of the last rename planned in a SQLite store, written only when the client runs
+        # the code action (``slayer.applyStoreRename``) that offers it: (plan id, plan)
+        self.store_rename: tuple[str, ren.RenamePlan] | None = None
         self._parsed: dict[str, tuple[int | None, str, dm.ParsedDocument]] = {}
         self._diagnosed: dict[str, tuple[dm.ParsedDocument, object, list[diag.DiagnosticData]]] = {}
         self._too_large: set[str] = set()  # documents over MAX_DOCUMENT_CHARS already reported
@@ -1036,7 +1039,8 @@ async def workspace_symbol(ls: SlayerLanguageServer, params: t.WorkspaceSymbolPa
 
 
 @server.feature(t.TEXT_DOCUMENT_CODE_ACTION,
-                t.CodeActionOptions(code_action_kinds=[t.CodeActionKind.QuickFix], resolve_provider=False))
+                t.CodeActionOptions(code_action_kinds=[t.CodeActionKind.QuickFix, t.CodeActionKind.RefactorRewrite],
+                                    resolve_provider=False))
 async def code_action(ls: SlayerLanguageServer, params: t.CodeActionParams) -> list[t.CodeAction] | None:
     snap = ls.snapshot(params.text_document.uri)
     if snap is None:
@@ -1048,8 +1052,14 @@ async def code_action(ls: SlayerLanguageServer, params: t.CodeActionParams) -> l
         return (r.start.line, r.start.character) <= (want.end.line, want.end.character) and \
             (want.start.line, want.start.character) <= (r.end.line, r.end.character)
 
+    only = params.context.only
+
     def work() -> list[t.CodeAction] | None:
         actions = []
+        pending = ls.store_rename
+        if pending is not None and (not only or any(t.CodeActionKind.RefactorRewrite.value.startswith(k)
+                                                     for k in only)):
+            actions.append(store_rename_action(*pending))
         for x in ls.diagnose(snap):
             if not x.fixes:
                 continue
@@ -1087,6 +1097,21 @@ def _client_edit_caps(ls: SlayerLanguageServer) -> tuple[bool, bool, bool]:
 
 
 STORE_ANNOTATION = "slayer-store"
+STORE_RENAME_COMMAND = "slayer.applyStoreRename"
+
+
+def _store_summary(plan: ren.RenamePlan) -> str:
+    store = plan.store
+    assert store is not None
+    return (f"{store.models} model row{'s' * (store.models != 1)} and {store.memories} "
+            f"memor{'ies' if store.memories != 1 else 'y'}")
+
+
+def store_rename_action(plan_id: str, plan: ren.RenamePlan) -> t.CodeAction:
+    """The code action that writes a SQLite store's part of a rename (refactor.rewrite)."""
+    title = f"Write the rename of {plan.entity} to {plan.new_entity} to the SLayer store ({_store_summary(plan)})"
+    return t.CodeAction(title=title, kind=t.CodeActionKind.RefactorRewrite, is_preferred=True,
+                        command=t.Command(title=title, command=STORE_RENAME_COMMAND, arguments=[plan_id]))
 
 
 def rename_edit(ls: SlayerLanguageServer, plan: ren.RenamePlan) -> t.WorkspaceEdit:
@@ -1094,6 +1119,8 @@ def rename_edit(ls: SlayerLanguageServer, plan: ren.RenamePlan) -> t.WorkspaceEd
     store files carry a change annotation that asks the user to confirm (when the client supports
     them): the store is SLayer's, and its files change with this edit."""
     doc_changes, renames_ok, annotations = _client_edit_caps(ls)
+    if plan.store is not None:
+        return _sqlite_rename_edit(ls, plan, doc_changes, annotations)
     store = str(ls.engine.location.path)
     if plan.renames and not (doc_changes and renames_ok):
         raise _refused(f"renaming '{plan.entity}' renames its file in the store, and this editor does not accept "
@@ -1121,6 +1148,39 @@ def rename_edit(ls: SlayerLanguageServer, plan: ren.RenamePlan) -> t.WorkspaceEd
     anns = {STORE_ANNOTATION: t.ChangeAnnotation(
         label=f"Rename {plan.entity} to {plan.new_entity} in the SLayer store", needs_confirmation=True,
         description="These files belong to the SLayer store; SLayer reads them as changed.")} if annotations else None
+    return t.WorkspaceEdit(document_changes=out, change_annotations=anns)
+
+
+def _sqlite_rename_edit(ls: SlayerLanguageServer, plan: ren.RenamePlan, doc_changes: bool,
+                        annotations: bool) -> t.WorkspaceEdit:
+    """A rename in a SQLite store: the workspace files' edits, each under a change annotation that
+    needs confirmation and says what the store part will write; that part is kept as the pending
+    store rename, offered by the code action ``store_rename_action`` (the only way it is written)."""
+    plan_id = uuid.uuid4().hex[:12]
+    ls.store_rename = (plan_id, plan) if plan.store and plan.store.rows else None
+    if not doc_changes:
+        return t.WorkspaceEdit(changes={ls.uri_of(f.key): [
+            t.TextEdit(range=ls.lsp_range(f.key, e.span), new_text=e.new_text) for e in f.edits] for f in plan.files})
+    note = STORE_ANNOTATION if annotations else None
+    out: list[Any] = []
+    for f in plan.files:
+        uri = ls.uri_of(f.key)
+        version = ls.workspace.get_text_document(uri).version if uri in ls.workspace.text_documents else None
+        out.append(t.TextDocumentEdit(
+            text_document=t.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version),
+            edits=[t.AnnotatedTextEdit(range=ls.lsp_range(f.key, e.span), new_text=e.new_text, annotation_id=note)
+                   if note else t.TextEdit(range=ls.lsp_range(f.key, e.span), new_text=e.new_text)
+                   for e in f.edits]))
+    if not annotations:
+        return t.WorkspaceEdit(document_changes=out)
+    if ls.store_rename is None:
+        description = "The SLayer store (a SQLite file) holds nothing else that names it."
+    else:
+        description = (f"The SLayer store is a SQLite file: its {_store_summary(plan)} that name "
+                       f"{plan.entity} are written only by the code action \"{store_rename_action(plan_id, plan).title}\" "
+                       f"(command {STORE_RENAME_COMMAND} {plan_id}), all in one transaction.")
+    anns = {STORE_ANNOTATION: t.ChangeAnnotation(label=f"Rename {plan.entity} to {plan.new_entity}",
+                                                 needs_confirmation=True, description=description)}
     return t.WorkspaceEdit(document_changes=out, change_annotations=anns)
 
 
@@ -1160,6 +1220,10 @@ async def rename(ls: SlayerLanguageServer, params: t.RenameParams) -> t.Workspac
         catalog = ls.catalog()
         try:
             target = ren.target_at(doc, line, col, catalog)
+            state = ls.current_state()
+            if catalog.location.backend != "yaml" and state is not None and state.full is not None:
+                raise ren.RenameError("a scoped session cannot rename in a SQLite store: the rename would rewrite "
+                                      "rows (memories, models) the session cannot see")
             plan = ren.plan_rename(catalog, target.entity, params.new_name, ls.workspace_docs(snaps),
                                    read=ls.read_store_doc(snaps))
         except ren.RenameError as exc:
@@ -1575,6 +1639,40 @@ async def do_forget_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, A
     return result
 
 
+async def do_apply_store_rename(ls: SlayerLanguageServer, args: tuple[Any, ...]) -> dict[str, Any]:
+    """Write the pending store part of a rename in a SQLite store (the code action's command): all its
+    rows in one transaction, then refresh the engine. Only the last planned rename is pending; it is
+    written once."""
+    from slayer_lsp import writes
+
+    name = STORE_RENAME_COMMAND
+    if len(args) != 1 or not isinstance(args[0], str):
+        raise JsonRpcInvalidParams(f"{name}: expected one argument, the plan id of a rename")
+    pending = ls.store_rename
+    if pending is None or pending[0] != args[0]:
+        raise JsonRpcInvalidParams(f"{name}: no pending store rename {args[0]!r} (only the last rename planned "
+                                   f"in a SQLite store is pending, once): rename again")
+    plan = pending[1]
+    engine, _state = await _writable_state(ls, name)
+
+    def work() -> dict[str, Any]:
+        try:
+            writes.rename_rows(engine, plan.store, plan.entity)
+        except writes.WriteRefused as exc:
+            raise _write_error(name, exc) from exc
+        writes.refresh_after_write(engine, None)
+        return {"entity": plan.entity, "new_entity": plan.new_entity, "models": plan.store.models,
+                "memories": plan.store.memories}
+
+    try:
+        result = await asyncio.to_thread(work)
+    finally:
+        if ls.store_rename is pending:
+            ls.store_rename = None  # written, or refused: planned again from the store as it is now
+    ls.republish_all()
+    return result
+
+
 @server.feature("slayer/search")
 async def slayer_search(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     return await do_search(ls, params)
@@ -1638,6 +1736,11 @@ async def cmd_impact(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
     if len(args) == 1 and isinstance(args[0], str):  # the entity alone
         return await do_impact(ls, {"entity": args[0]})
     return await do_impact(ls, _command_params("slayer.impact", args))
+
+
+@server.command(STORE_RENAME_COMMAND)
+async def cmd_apply_store_rename(ls: SlayerLanguageServer, *args: Any) -> dict[str, Any]:
+    return await do_apply_store_rename(ls, args)
 
 
 @server.command("slayer.status")

@@ -4,10 +4,15 @@ what they declare)."""
 
 from __future__ import annotations
 
+import sqlite3
+from typing import Union
+
 import pytest
 import pytest_asyncio
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+
+from tests import slayer_oracle as oracle
 
 from .support import CLIENTS, copy_store, encoding_of, open_doc, pos, start_client, stop_client, uri_of
 
@@ -212,3 +217,102 @@ async def test_inlay_hints_show_canonical_ids(client):
     assert (1, "→ jaffle.orders.status") in labels and (1, "→ jaffle.stores.name") in labels
     assert not any("ordered_at" in lab for _, lab in labels)  # already canonical
 
+
+
+# --------------------------------------------------------------------------- a SQLite store
+
+needs_slayer = pytest.mark.skipif(oracle.slayer_python() is None, reason=oracle.SKIP_REASON)
+
+
+def _rows(db) -> dict[str, str]:
+    conn = sqlite3.connect(db)
+    try:
+        return dict(conn.execute("SELECT 'models/' || data_source || '.' || name, data FROM models "
+                                 "UNION ALL SELECT 'memories/' || id, data FROM memories").fetchall())
+    finally:
+        conn.close()
+
+
+@needs_slayer
+@pytest.mark.parametrize("profile", ["visual-studio-code", "neovim@v0.7.0"])
+async def test_rename_in_a_sqlite_store_writes_rows_only_through_the_code_action(tmp_path_factory, profile):
+    """The rename's edit covers the workspace's files (confirmed through a change annotation where the
+    client supports them); the store's rows change only when the client runs the code action, all in
+    one transaction, and motley-slayer loads the store afterwards with the new name everywhere."""
+    db = copy_store(tmp_path_factory, "sq", sqlite=True)
+    ws = tmp_path_factory.mktemp("sqws")
+    (ws / "queries").mkdir()
+    (ws / "queries" / "by_store.yaml").write_text(SAVED_QUERY)
+    c = await start_client(db, profile, workspace=ws)
+    _structure_code_actions_by_spec(c)
+    try:
+        enc = encoding_of(c)
+        uri = "file:///tmp/sq.query.yaml"
+        text, position = pos("source_model: orders\ndimensions:\n- st§ores.name\n", encoding=enc)
+        open_doc(c, uri, text)
+        before = _rows(db)
+        for new_name, message in [("orders", "already exists"), ("2shops", "not a valid name")]:
+            with pytest.raises(JsonRpcException, match=message):
+                await c.text_document_rename_async(t.RenameParams(text_document=doc_id(uri), position=position,
+                                                                  new_name=new_name))
+        assert await c.text_document_code_action_async(_refactor_params(uri)) is None  # nothing pending
+
+        edit = await c.text_document_rename_async(t.RenameParams(text_document=doc_id(uri), position=position,
+                                                                 new_name="shops"))
+        by_uri, renames = _edits_by_uri(edit)
+        assert renames == [] and set(by_uri) == {uri, uri_of(ws / "queries" / "by_store.yaml")}
+        assert _apply(text, by_uri[uri]) == text.replace("stores", "shops")
+        assert _rows(db) == before  # nothing is written by the rename itself
+        (action,) = await c.text_document_code_action_async(_refactor_params(uri))
+        assert action.kind == t.CodeActionKind.RefactorRewrite and action.edit is None
+        assert action.command.command == "slayer.applyStoreRename"
+        assert "2 model rows and 3 memories" in action.title
+        if profile == "visual-studio-code":
+            (note,) = edit.change_annotations.values()
+            assert note.needs_confirmation is True
+            assert "slayer.applyStoreRename " + action.command.arguments[0] in note.description
+            assert all(isinstance(e, t.AnnotatedTextEdit) for e in by_uri[uri])
+
+        done = await c.workspace_execute_command_async(t.ExecuteCommandParams(
+            command=action.command.command, arguments=action.command.arguments))
+        assert done == {"entity": "jaffle.stores", "new_entity": "jaffle.shops", "models": 2, "memories": 3}
+        after = _rows(db)
+        assert set(after) == (set(before) - {"models/jaffle.stores"}) | {"models/jaffle.shops"}
+        changed = {k for k in before if k in after and before[k] != after[k]}
+        assert changed == {"models/jaffle.orders", "memories/3", "memories/6", "memories/11"}
+        got = await c.protocol.send_request_async("slayer/impact", {"entity": "jaffle.shops.name"})
+        assert any(u.kind == "memory" and u.name == "memory:6" for u in got.uses)
+        with pytest.raises(JsonRpcInvalidParams, match="not a canonical id"):
+            await c.protocol.send_request_async("slayer/impact", {"entity": "jaffle.stores"})
+        with pytest.raises(JsonRpcInvalidParams, match="no pending store rename"):  # written once
+            await c.workspace_execute_command_async(t.ExecuteCommandParams(
+                command=action.command.command, arguments=action.command.arguments))
+    finally:
+        await stop_client(c)
+
+    models, memories = oracle.ask([{"op": "models", "store": str(db)}, {"op": "load", "store": str(db)}])
+    models, memories = oracle.ok(models), oracle.ok(memories)
+    assert models["errors"] == [] and memories["errors"] == []
+    assert "jaffle.shops" in models["models"] and "jaffle.stores" not in models["models"]
+    joins = [j["target_model"] for j in models["models"]["jaffle.orders"].get("joins", [])]
+    assert "shops" in joins and "stores" not in joins
+    assert "jaffle.shops.name" in memories["memories"]["6"]["entities"]
+    assert memories["memories"]["6"]["query"]["dimensions"][0]["model"] == "shops"
+    assert not any(e == "jaffle.stores" or e.startswith("jaffle.stores.")
+                   for m in memories["memories"].values() for e in m["entities"])
+
+
+def _structure_code_actions_by_spec(c) -> None:
+    """lsprotocol's client-side hook reads any code action with a ``command`` key as a bare Command
+    (losing its kind and title); editors tell them apart by the type of ``command``, as the spec does."""
+    converter = c.protocol._converter
+
+    def hook(obj, _type):
+        return converter.structure(obj, t.Command if isinstance(obj.get("command"), str) else t.CodeAction)
+    converter.register_structure_hook(Union[t.Command, t.CodeAction], hook)  # noqa: UP007 - the registered key
+
+
+def _refactor_params(uri: str) -> t.CodeActionParams:
+    return t.CodeActionParams(text_document=doc_id(uri), range=t.Range(start=t.Position(line=0, character=0),
+                                                                       end=t.Position(line=0, character=0)),
+                              context=t.CodeActionContext(diagnostics=[], only=[t.CodeActionKind.Refactor]))
