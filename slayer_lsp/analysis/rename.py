@@ -208,7 +208,11 @@ def _ref_edits(doc: dm.ParsedDocument, b: Binding, catalog: Catalog, entity: str
 
 def document_edits(doc: dm.ParsedDocument, catalog: Catalog, entity: str, new_entity: str,
                    where: str) -> list[EditData]:
-    """The edits one document needs (any kind: query, memory, model, datasource)."""
+    """The edits one document needs (any kind: query, memory, model, datasource). Every edit
+    replaces the entity's name where it is written verbatim, so a document whose text does not
+    hold the name needs none and is not bound at all (most of a large workspace)."""
+    if name_of(entity) not in doc.text:
+        return []
     out: list[EditData] = []
     sources: dict = {}
     for b in bind_all(doc, catalog):
