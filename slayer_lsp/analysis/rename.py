@@ -206,12 +206,27 @@ def _ref_edits(doc: dm.ParsedDocument, b: Binding, catalog: Catalog, entity: str
     return out
 
 
+def _word(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])")
+
+
+def may_name(text: str, entity: str) -> bool:
+    """Whether a document's text can hold a reference to ``entity`` at all: its name as a whole
+    word, and for a leaf (column, measure, aggregation) its model's name too — a reference names
+    the model (source_model, a dotted path, a tag), and the model's own file declares it
+    (``name:``). A cheap test that spares binding the many documents that cannot need an edit."""
+    parts = entity.split(".")
+    if not _word(parts[-1]).search(text):
+        return False
+    return len(parts) < 3 or _word(parts[1]).search(text) is not None
+
+
 def document_edits(doc: dm.ParsedDocument, catalog: Catalog, entity: str, new_entity: str,
                    where: str) -> list[EditData]:
     """The edits one document needs (any kind: query, memory, model, datasource). Every edit
     replaces the entity's name where it is written verbatim, so a document whose text does not
     hold the name needs none and is not bound at all (most of a large workspace)."""
-    if name_of(entity) not in doc.text:
+    if not may_name(doc.text, entity):
         return []
     out: list[EditData] = []
     sources: dict = {}
