@@ -38,6 +38,7 @@ from slayer_lsp.analysis.navigation import FILES
 from slayer_lsp.analysis.workspace import WorkspaceDoc
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import is_memory_ref, memory_ref
+from slayer_lsp.store.safefs import read_text_file
 from slayer_lsp.store.writer import MemoryWriteError, RowRewrite, memory_markdown, read_rename_rows
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -106,10 +107,17 @@ class RenameTarget:
 
 
 ReadDoc = Callable[[str, str], "dm.ParsedDocument | None"]  # (path, kind) -> parse (open text first)
+ReadText = Callable[[str], "str | None"]  # path -> its text (open text first), before any parse
 
 
 def _default_read(path: str, kind: str) -> dm.ParsedDocument | None:
     return FILES.parsed(path, kind)
+
+
+def store_file_text(path: str) -> str | None:
+    """Read past the parse cache: a rename peeks at every model file of a datasource, and keeping
+    their texts would evict the few parses it needs."""
+    return read_text_file(path)
 
 
 def name_of(entity: str) -> str:
@@ -304,7 +312,7 @@ def _target(catalog: Catalog, entity: str, span: dm.Span) -> RenameTarget:
 
 
 def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[WorkspaceDoc] = (),
-                read: ReadDoc = _default_read) -> RenamePlan:
+                read: ReadDoc = _default_read, text_of: ReadText = store_file_text) -> RenamePlan:
     """Every edit the rename needs, or ``RenameError`` (nothing is planned half)."""
     try:
         kind = check_entity(catalog, entity)
@@ -332,6 +340,9 @@ def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[Wor
         if ent is None or ent.kind != "model":
             continue
         path = ent.source.path
+        text = text_of(path)
+        if text is not None and not may_name(text, entity) and kind != "datasource":
+            continue  # cannot name it: not parsed at all (a datasource's every model file names it)
         doc = read(path, "model")
         if doc is None:
             raise RenameError(f"cannot rename '{entity}': the model file {path} cannot be read")
@@ -344,6 +355,9 @@ def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[Wor
         if ent is None or mem is None:
             continue
         if not any(t == entity or t.startswith(entity + ".") for t in mem.entities) and mem.query is None:
+            continue
+        text = text_of(ent.source.path)
+        if text is not None and not may_name(text, entity):
             continue
         doc = read(ent.source.path, "memory")
         if doc is None:

@@ -716,6 +716,15 @@ class SlayerLanguageServer(LanguageServer):
             return nav.FILES.parsed(path, kind)
         return read
 
+    def store_text(self, snaps: list[Snapshot]):  # -> rename.ReadText
+        """Store files' text as the editor holds them, before anything is parsed."""
+        by_path = {os.path.abspath(s.path): s for s in snaps if s.path}
+
+        def text(path: str) -> str | None:
+            snap = by_path.get(os.path.abspath(path))
+            return snap.text if snap is not None else ren.store_file_text(path)
+        return text
+
     # ------------------------------------------------------------------ diagnostics
 
     def schedule(self, uri: str, delay_ms: int | None = None) -> None:
@@ -1225,7 +1234,7 @@ async def rename(ls: SlayerLanguageServer, params: t.RenameParams) -> t.Workspac
                 raise ren.RenameError("a scoped session cannot rename in a SQLite store: the rename would rewrite "
                                       "rows (memories, models) the session cannot see")
             plan = ren.plan_rename(catalog, target.entity, params.new_name, ls.workspace_docs(snaps),
-                                   read=ls.read_store_doc(snaps))
+                                   read=ls.read_store_doc(snaps), text_of=ls.store_text(snaps))
         except ren.RenameError as exc:
             raise _refused(str(exc)) from exc
         log.info("rename %s -> %s: %d edits in %d files, %d file renames", plan.entity, plan.new_entity,
