@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from slayer_lsp import __version__
 
 if TYPE_CHECKING:
+    from slayer_lsp.catalog import Catalog
     from slayer_lsp.store.locate import StoreLocation
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,21 @@ def _absolute_location(storage: str | None) -> StoreLocation:
     return StoreLocation(loc.backend, Path(os.path.abspath(loc.path)))
 
 
+def _store_catalog(storage: str | None, scope: Any, verb: str) -> tuple[StoreLocation, Catalog]:
+    """The store's location and its (reachable) catalog; a store that cannot be read at all is a
+    usage error."""
+    from slayer_lsp.catalog import load_catalog
+    from slayer_lsp.catalog.scope import restrict
+
+    location = _absolute_location(storage)
+    catalog = load_catalog(location)
+    if scope is not None:
+        catalog = restrict(catalog, scope)
+    if catalog.fatal:
+        raise UsageError(f"cannot {verb} the store: {catalog.fatal}")
+    return location, catalog
+
+
 def _walk(root: Path) -> Iterator[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(n for n in dirnames if not n.startswith(".") and n not in SKIP_DIRS)
@@ -229,17 +245,10 @@ def run_impact(entities: list[str], paths: list[str], storage: str | None, cwd: 
     from slayer_lsp.analysis.impact import ImpactError, impact
     from slayer_lsp.analysis.store_checks import is_store_file
     from slayer_lsp.analysis.workspace import WorkspaceDoc
-    from slayer_lsp.catalog import load_catalog
-    from slayer_lsp.catalog.scope import restrict
     from slayer_lsp.store.safefs import Refused, read_file
 
     cwd = cwd or os.getcwd()
-    location = _absolute_location(storage)
-    catalog = load_catalog(location)
-    if scope is not None:
-        catalog = restrict(catalog, scope)
-    if catalog.fatal:
-        raise UsageError(f"cannot read the store: {catalog.fatal}")
+    location, catalog = _store_catalog(storage, scope, "read")
     docs = []
     files = documents_to_check(paths, location)
     for path, kind in files:
@@ -278,16 +287,9 @@ def run_check(paths: list[str], storage: str | None, cwd: str | None = None, sco
     that cannot be read at all. Under a ``scope`` (``catalog.scope.Scope``) only the reachable
     catalog is checked, and a reference to something outside it is unknown, like a missing one."""
     from slayer_lsp.analysis.store_checks import check_store
-    from slayer_lsp.catalog import load_catalog
-    from slayer_lsp.catalog.scope import restrict
 
     cwd = cwd or os.getcwd()
-    location = _absolute_location(storage)
-    catalog = load_catalog(location)
-    if scope is not None:
-        catalog = restrict(catalog, scope)
-    if catalog.fatal:
-        raise UsageError(f"cannot check the store: {catalog.fatal}")
+    location, catalog = _store_catalog(storage, scope, "check")
     docs = documents_to_check(paths, location)
     results: list[Result] = []
     covered: set[str] = set()
