@@ -33,8 +33,13 @@ async def test_capabilities(client):
     assert set(caps.completion_provider.trigger_characters) >= {".", ":", "(", '"'}
     assert caps.hover_provider and caps.definition_provider and caps.references_provider
     assert caps.document_symbol_provider and caps.workspace_symbol_provider
-    assert list(caps.code_action_provider.code_action_kinds) == [t.CodeActionKind.QuickFix]
-    assert set(caps.execute_command_provider.commands) >= {"slayer.search", "slayer.inspect", "slayer.status"}
+    # quick fixes of diagnostics; refactor.rewrite writes a planned rename to a SQLite store
+    assert list(caps.code_action_provider.code_action_kinds) == [t.CodeActionKind.QuickFix,
+                                                                 t.CodeActionKind.RefactorRewrite]
+    assert caps.rename_provider and caps.signature_help_provider and caps.inlay_hint_provider
+    assert caps.code_lens_provider and caps.code_lens_provider.resolve_provider
+    assert set(caps.execute_command_provider.commands) >= {"slayer.search", "slayer.inspect", "slayer.status",
+                                                          "slayer.impact", "slayer.applyStoreRename"}
 
 
 async def test_invalid_options_are_shown_and_defaulted(client):
