@@ -705,8 +705,9 @@ class SlayerLanguageServer(LanguageServer):
         f = self.options.files
         return wsp.workspace_documents(self.folders(), opened, f.query_patterns, f.memory_patterns, root)
 
-    def read_store_doc(self, snaps: list[Snapshot]):  # -> rename.ReadDoc
-        """Store files as the editor holds them: an open one's text, else the file."""
+    def store_readers(self, snaps: list[Snapshot]):  # -> (rename.ReadDoc, rename.ReadText)
+        """Store files as the editor holds them (an open one's text, else the file): parsed, and
+        as text before anything is parsed."""
         by_path = {os.path.abspath(s.path): s for s in snaps if s.path}
 
         def read(path: str, kind: str) -> dm.ParsedDocument | None:
@@ -714,16 +715,11 @@ class SlayerLanguageServer(LanguageServer):
             if snap is not None:
                 return dm.parse_document(snap.text, kind, snap.path)
             return nav.FILES.parsed(path, kind)
-        return read
-
-    def store_text(self, snaps: list[Snapshot]):  # -> rename.ReadText
-        """Store files' text as the editor holds them, before anything is parsed."""
-        by_path = {os.path.abspath(s.path): s for s in snaps if s.path}
 
         def text(path: str) -> str | None:
             snap = by_path.get(os.path.abspath(path))
             return snap.text if snap is not None else ren.store_file_text(path)
-        return text
+        return read, text
 
     # ------------------------------------------------------------------ diagnostics
 
@@ -1233,8 +1229,9 @@ async def rename(ls: SlayerLanguageServer, params: t.RenameParams) -> t.Workspac
             if catalog.location.backend != "yaml" and state is not None and state.full is not None:
                 raise ren.RenameError("a scoped session cannot rename in a SQLite store: the rename would rewrite "
                                       "rows (memories, models) the session cannot see")
+            read, text_of = ls.store_readers(snaps)
             plan = ren.plan_rename(catalog, target.entity, params.new_name, ls.workspace_docs(snaps),
-                                   read=ls.read_store_doc(snaps), text_of=ls.store_text(snaps))
+                                   read=read, text_of=text_of)
         except ren.RenameError as exc:
             raise _refused(str(exc)) from exc
         log.info("rename %s -> %s: %d edits in %d files, %d file renames", plan.entity, plan.new_entity,
