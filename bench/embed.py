@@ -40,8 +40,8 @@ def column_texts(n: int, seed: int = 1) -> list[str]:
     """Column documents like a real catalog's: a description, a label, a type, sample values."""
     import msgspec
 
-    from slayer_lsp.embed.text import entity_text
     from slayer_lsp.store import documents as d
+    from slayer_lsp.texts.statements import entity_text
 
     rng = random.Random(seed)
     out = []

@@ -10,7 +10,7 @@ the second on the same questions, and the first again on the same store, in one 
 The store: the dev-public catalog (``shared/bench``, made into a SLayer store by
 ``shared/tools/catalog_to_slayer.py``) plus one memory per distinct (database, evidence) string of
 the dev-public BIRD questions, tagged with the gold columns of the questions it came from and
-written through ``slayer_lsp.store.writer.save_memory`` (made once under ``bench/.work/``). Each BIRD
+written through ``slayer_lsp.writer.memories.save_memory`` (made once under ``bench/.work/``). Each BIRD
 question's gold memory is its own evidence string; the search is the question alone, scope all
 (no datasource), every channel on (the offline embedding model; ``--lexical`` switches it off).
 
@@ -62,7 +62,7 @@ def build_store(base: Path, dest: Path, items: list[tuple[int, str, str, list[st
     ids are kept in ``dest/../memory-ids.json`` so an unchanged store is reused (with its vectors)."""
     from slayer_lsp.catalog import load_catalog
     from slayer_lsp.store.locate import locate
-    from slayer_lsp.store.writer import save_memory
+    from slayer_lsp.writer.memories import save_memory
 
     merged: dict[tuple[str, str], set[str]] = {}
     for _, db, text, cols in items:

@@ -26,7 +26,7 @@ its figures beside ours (no API key there, so only its tantivy channel runs, as 
 
 ``--with-memories`` measures memories as evidence. The questions' BIRD ``evidence`` strings become
 memories (empty ones skipped, identical strings of one database kept once), each tagged with the
-gold columns of the questions it came from, written with ``slayer_lsp.store.writer.save_memory``
+gold columns of the questions it came from, written with ``slayer_lsp.writer.memories.save_memory``
 into copies of the store. A question must never find its own evidence, so the questions are split
 into ``MEMORY_FOLDS`` folds by position and the questions of fold f are searched on a copy holding
 the evidence of the other folds only (every database's; a memory whose tags map to no column is
@@ -317,7 +317,7 @@ def _piece_ranking(folds: list[EvidenceStore], questions: list[Question], gold: 
     tokens, recency) on the question's fold store, scoped like the engine's search."""
     from slayer_lsp.catalog import load_catalog
     from slayer_lsp.search.memories import rank_memories
-    from slayer_lsp.search.pieces import MemoryPieceIndex
+    from slayer_lsp.search.piece_index import MemoryPieceIndex
 
     out: list[list[str]] = [[] for _ in questions]
     for f, fs in enumerate(folds):
@@ -352,7 +352,7 @@ def build_evidence_store(base: Path, dest: Path, items: list[tuple[int, str, str
     """A copy of ``base`` holding one memory per distinct (database, evidence) string of ``items``."""
     from slayer_lsp.catalog import load_catalog
     from slayer_lsp.store.locate import locate
-    from slayer_lsp.store.writer import save_memory
+    from slayer_lsp.writer.memories import save_memory
 
     env.copy_store(base, dest)
     (dest / "memories").mkdir(exist_ok=True)

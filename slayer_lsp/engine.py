@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from slayer_lsp.catalog import Catalog, Delta
-from slayer_lsp.catalog.scope import Reach, Scope
+from slayer_lsp.reach.scope import Reach, Scope
 from slayer_lsp.store.locate import StoreLocation, locate
 from slayer_lsp.store.reader import StoreReader
 
@@ -121,7 +121,7 @@ class Engine:
                 catalog = self._reachable(full, None)[0]
                 cache = None
                 if self._use_cache and read.fatal is None:
-                    from slayer_lsp.cache import StoreCache
+                    from slayer_lsp.store.cache import StoreCache
 
                     cache = StoreCache.for_location(self.location)
                     if cache is not None and self._reach is not None:  # a scope's index holds less: its own
@@ -254,8 +254,8 @@ class Engine:
         try:
             from slayer_lsp.embed.providers import configured_model_name, provider_for
             from slayer_lsp.embed.store import VectorStore
-            from slayer_lsp.embed.text import CatalogItems
             from slayer_lsp.embed.worker import EmbeddingWorker
+            from slayer_lsp.texts.statements import CatalogItems
 
             provider = self._embedding_provider or provider_for(
                 self._embedding_model or configured_model_name(dict(os.environ)))
@@ -278,9 +278,10 @@ class Engine:
     def _part_worker(self, catalog: Catalog, provider: EmbeddingProvider) -> EmbeddingWorker | None:
         """The part vectors' worker, started by the dense worker (our own table in the cache
         directory; in memory only without a cache). "stored" mode only loads what is there."""
-        from slayer_lsp.embed.parts import SEPARATORS, PartItems, part_store
+        from slayer_lsp.embed.parts import part_store
         from slayer_lsp.embed.store import MemoryStore
         from slayer_lsp.embed.worker import EmbeddingWorker
+        from slayer_lsp.texts.parts import SEPARATORS, PartItems
 
         store = part_store(self.location) if self._use_cache else MemoryStore()
         if self._dense_mode == "stored" and not store.count(provider.name):

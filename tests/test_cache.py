@@ -8,9 +8,9 @@ import shutil
 import msgspec
 import pytest
 
-from slayer_lsp.cache import StoreCache
 from slayer_lsp.engine import Engine
 from slayer_lsp.store import fastyaml
+from slayer_lsp.store.cache import StoreCache
 from tests.conftest import YAML_STORE
 
 CALLS = [{"question": "monthly revenue by store"}, {"question": "supply cost", "datasource": "supplies"},

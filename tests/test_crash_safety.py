@@ -325,7 +325,7 @@ SAVER = r"""
 import itertools, random, sys
 from slayer_lsp.catalog import load_catalog
 from slayer_lsp.store.locate import locate
-from slayer_lsp.store.writer import save_memory
+from slayer_lsp.writer.memories import save_memory
 
 location, rng = locate(sys.argv[1]), random.Random(int(sys.argv[2]))
 catalog = load_catalog(sys.argv[1])
@@ -396,7 +396,7 @@ def test_save_memory_killed_mid_save_leaves_no_partial_memory(tmp_path, backend)
 STOPPED = r"""
 import os, sys, time
 from slayer_lsp.catalog import load_catalog
-from slayer_lsp.store import writer
+from slayer_lsp.writer import memories as writer
 from slayer_lsp.store.locate import locate
 
 def stop(*args, **kwargs):
@@ -406,8 +406,9 @@ def stop(*args, **kwargs):
 if sys.argv[2] == "yaml":
     os.replace = stop
 else:  # a page cache of one page: the open transaction spills its pages into the database file
-    connect, put = writer._connect, writer._put_row
-    writer._connect = lambda db, timeout: (c := connect(db, timeout), c.execute("PRAGMA cache_size = 1"))[0]
+    from slayer_lsp.store import transactions
+    connect, put = transactions.connect, writer._put_row
+    transactions.connect = lambda db, timeout: (c := connect(db, timeout), c.execute("PRAGMA cache_size = 1"))[0]
     writer._put_row = lambda conn, doc: (put(conn, doc), stop())
 writer.save_memory(locate(sys.argv[1]), load_catalog(sys.argv[1]), learning="stopped mid-save " * 2000 + "END",
                    entities=["shop.books.sku"])

@@ -23,7 +23,8 @@ from slayer_lsp.analysis.schemas import schema
 from slayer_lsp.analysis.signature import open_call, signature_at
 from slayer_lsp.analysis.workspace import WorkspaceDoc, workspace_documents
 from slayer_lsp.catalog import load_catalog
-from slayer_lsp.store import writer
+from slayer_lsp.writer import memories as writer
+from slayer_lsp.writer import renames
 
 from .conftest import FIXTURES
 
@@ -147,7 +148,7 @@ def test_rename_in_a_sqlite_store_rewrites_rows_in_one_transaction(sqlite_copy, 
     assert {r.key: r.new_key for r in plan.store.rows if r.table == "models"} == models
     assert {r.key[0] for r in plan.store.rows if r.table == "memories"} == memories
     untouched = {k: v for k, v in _rows(sqlite_copy, "memories").items() if k not in memories}
-    writer.rename_rows(sqlite_copy, plan.store.rows, [entity])
+    renames.rename_rows(sqlite_copy, plan.store.rows, [entity])
     assert {k: v for k, v in _rows(sqlite_copy, "memories").items() if k not in memories} == untouched
     cat = load_catalog(sqlite_copy)
     assert cat.fatal is None and cat.kind_of(plan.new_entity) is not None and entity not in cat
@@ -172,7 +173,7 @@ def test_sqlite_rename_rows_are_rewritten_all_or_none(sqlite_copy):
     conn.close()
     changed = (before[0], {**before[1], "6": before[1]["6"].replace("per store", "per shop")})
     with pytest.raises(writer.MemoryWriteError, match="changed since the rename was planned"):
-        writer.rename_rows(sqlite_copy, plan.store.rows, ["jaffle.stores"])
+        renames.rename_rows(sqlite_copy, plan.store.rows, ["jaffle.stores"])
     assert (_rows(sqlite_copy, "models"), _rows(sqlite_copy, "memories")) == changed
     taken = [r for r in plan.store.rows if r.key != r.new_key]
     conn = sqlite3.connect(sqlite_copy)
@@ -180,7 +181,7 @@ def test_sqlite_rename_rows_are_rewritten_all_or_none(sqlite_copy):
     conn.commit()
     conn.close()
     with pytest.raises(writer.MemoryWriteError, match="already exists"):
-        writer.rename_rows(sqlite_copy, taken, ["jaffle.stores"])
+        renames.rename_rows(sqlite_copy, taken, ["jaffle.stores"])
     assert _rows(sqlite_copy, "models")["jaffle.stores"] == before[0]["jaffle.stores"]
 
 

@@ -42,10 +42,10 @@ from slayer_lsp.embed.providers import (
     provider_for,
 )
 from slayer_lsp.embed.store import SLAYER_KINDS, NewVector, VectorStore, VectorStoreError, content_hash
-from slayer_lsp.embed.text import CatalogItems, EmbedItem, entity_text, facets, memory_text, statements
 from slayer_lsp.embed.worker import EmbeddingWorker, default_worker
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.locate import StoreLocation
+from slayer_lsp.texts.statements import CatalogItems, EmbedItem, entity_text, facets, memory_text, statements
 from tests.conftest import REPO, SQLITE_STORE, YAML_STORE
 
 # --------------------------------------------------------------------------- helpers

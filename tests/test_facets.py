@@ -14,21 +14,9 @@ import numpy as np
 import pytest
 import yaml
 
-from slayer_lsp.embed.facets import FACETS, facet_names, facet_texts, kinds_with
-from slayer_lsp.embed.parts import (
-    PARTS_TABLE,
-    PIECE_KIND,
-    SEPARATORS,
-    PartItems,
-    owner_of,
-    part_id,
-    part_kind,
-    part_store,
-    parts_for,
-)
+from slayer_lsp.embed.parts import PARTS_TABLE, part_store
 from slayer_lsp.embed.providers import FakeProvider
 from slayer_lsp.embed.store import SLAYER_KINDS, NewVector, VectorStore
-from slayer_lsp.embed.text import EmbedItem, memory_text
 from slayer_lsp.embed.worker import EmbeddingWorker
 from slayer_lsp.engine import Engine
 from slayer_lsp.search.facets import (
@@ -40,6 +28,9 @@ from slayer_lsp.search.facets import (
 )
 from slayer_lsp.search.types import SearchError
 from slayer_lsp.store import documents as d
+from slayer_lsp.texts.facets import FACETS, facet_names, facet_texts, kinds_with
+from slayer_lsp.texts.parts import PIECE_KIND, SEPARATORS, PartItems, owner_of, part_id, part_kind, parts_for
+from slayer_lsp.texts.statements import EmbedItem, memory_text
 from tests import slayer_oracle
 from tests.conftest import SQLITE_STORE, YAML_STORE
 
@@ -112,7 +103,7 @@ def expected_kind(owner_kind: str, part: str) -> str:
 
 def expected_parts(catalog) -> dict[str, str]:
     """part id -> text, computed from the declarations alone (and a memory's pieces)."""
-    from slayer_lsp.search.pieces import piece_texts
+    from slayer_lsp.texts.pieces import piece_texts
 
     out = {}
     for cid in catalog.searchable_ids():

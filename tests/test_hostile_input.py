@@ -252,7 +252,7 @@ ODD_BUT_LEGAL_IDS = ["..", ".", "...", ".hidden", "%2e%2e%2f", "\u2215etc\u2215p
 def test_hostile_memory_ids(sandbox, backend):
     from slayer_lsp.catalog import load_catalog
     from slayer_lsp.store.locate import locate
-    from slayer_lsp.store.writer import MemoryWriteError, forget_memory, save_memory
+    from slayer_lsp.writer.memories import MemoryWriteError, forget_memory, save_memory
 
     path = sandbox.store if backend == "yaml" else sandbox.db
     loc, cat = locate(path), load_catalog(path)

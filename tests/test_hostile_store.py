@@ -28,9 +28,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from slayer_lsp.cache import CachedDoc, StoreCache
 from slayer_lsp.engine import Engine
 from slayer_lsp.store import documents as d
+from slayer_lsp.store.cache import CachedDoc, StoreCache
 from slayer_lsp.store.limits import (
     MAX_ALIAS_NODES,
     MAX_DOCUMENT_BYTES,
@@ -417,7 +417,7 @@ def test_a_cache_file_too_large_or_undecodable_is_discarded_and_rebuilt(tmp_path
         assert (served(engine), answers(engine)) == clean_yaml and issues(engine) == []
         engine.close()
         assert docs.read_bytes() != garbage  # rebuilt
-    monkeypatch.setattr("slayer_lsp.cache.MAX_CACHE_BYTES", 100)
+    monkeypatch.setattr("slayer_lsp.store.cache.MAX_CACHE_BYTES", 100)
     engine = Engine(store)
     engine.refresh()
     assert (served(engine), answers(engine)) == clean_yaml

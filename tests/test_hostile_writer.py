@@ -14,10 +14,10 @@ import pytest
 
 from slayer_lsp.catalog import load_catalog
 from slayer_lsp.engine import Engine
-from slayer_lsp.search.pieces import MAX_PIECE_CHARS, split_pieces
-from slayer_lsp.store import writer
 from slayer_lsp.store.documents import MAX_LEARNING_CHARS
-from slayer_lsp.store.writer import MemoryWriteError, forget_memory, normalize_memory_id, save_memory
+from slayer_lsp.texts.pieces import MAX_PIECE_CHARS, split_pieces
+from slayer_lsp.writer import memories as writer
+from slayer_lsp.writer.memories import MemoryWriteError, forget_memory, normalize_memory_id, save_memory
 from tests import slayer_oracle as oracle
 
 from .test_reachability import EXPECTED, TAGS, write_store
@@ -66,8 +66,8 @@ def test_the_piece_splitter_is_linear(shape, size, bound):
 
 
 def test_a_longer_learning_is_indexed_up_to_the_limit(tmp_path):
-    from slayer_lsp.search.pieces import piece_texts
     from slayer_lsp.store.documents import Memory
+    from slayer_lsp.texts.pieces import piece_texts
 
     tail = " Zebracorn marker at the end."
     memory = Memory(id="x", learning=_repeat("Plain words here. ", 2 * MAX_LEARNING_CHARS) + tail)

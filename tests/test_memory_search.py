@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 from slayer_lsp.catalog import Catalog, Delta, load_catalog
 from slayer_lsp.search import recency
 from slayer_lsp.search.memories import MemoryMatch, rank_memories
-from slayer_lsp.search.pieces import MAX_PIECE_CHARS, MemoryPieceIndex, piece_texts, split_pieces
+from slayer_lsp.search.piece_index import MemoryPieceIndex
 from slayer_lsp.search.tokens import LiteralIndex, extract_tokens
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.reader import StoreReader
-from slayer_lsp.store.writer import memory_markdown
+from slayer_lsp.texts.pieces import MAX_PIECE_CHARS, piece_texts, split_pieces
+from slayer_lsp.writer.memories import memory_markdown
 from tests.conftest import YAML_STORE
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -191,7 +192,7 @@ def test_literal_index_matches_whole_tokens_case_insensitively():
 
 
 def test_literal_index_over_rendered_entity_documents(yaml_catalog):
-    from slayer_lsp.search import render
+    from slayer_lsp.texts import render
 
     docs = [render.render_entity(yaml_catalog, c) for c in yaml_catalog.searchable_ids()]
     ix = LiteralIndex.from_rendered(doc for doc in docs if doc is not None)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from slayer_lsp.catalog import Catalog, load_catalog
-from slayer_lsp.catalog.scope import Reach, Scope, restrict
+from slayer_lsp.reach.scope import Reach, Scope, restrict
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.reader import PRIORITY_KEY, StoreReader
 
@@ -195,7 +195,7 @@ def test_what_each_scope_reaches(full, scope):
 def test_no_reachable_text_names_what_is_not(full, scope):
     """Rendered search text, hover cards and memory tags of everything reachable: no secret."""
     from slayer_lsp.analysis.hover import entity_markdown
-    from slayer_lsp.search.render import render_entity
+    from slayer_lsp.texts.render import render_entity
 
     cat = restrict(full, scope)
     for cid in cat.entities:
@@ -503,8 +503,8 @@ def test_a_scope_keeps_its_own_index_cache(store):
     """With the on-disk cache on, a scoped session keeps its full-text index apart from the
     unscoped one (they would otherwise rewrite each other's on every start), and each answers as a
     session without any cache does."""
-    from slayer_lsp.cache import StoreCache
     from slayer_lsp.engine import Engine
+    from slayer_lsp.store.cache import StoreCache
 
     def ranked(scope, **kw):
         engine = Engine(store, scope=scope, **kw)
@@ -529,7 +529,7 @@ def test_a_scope_keeps_its_own_index_cache(store):
 @pytest.mark.parametrize("scope", [TAGS, DS], ids=str)
 def test_facets_and_kinds_reach_nothing_out_of_scope(store, scope):
     engine = _engine(store, scope)
-    from slayer_lsp.embed.facets import FACETS
+    from slayer_lsp.texts.facets import FACETS
 
     answers = []
     for word in SECRETS[scope]:

@@ -14,21 +14,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slayer_lsp.analysis import formulas
-from slayer_lsp.analysis.query_refs import (
+from slayer_lsp.catalog import load_catalog
+from slayer_lsp.query import formulas
+from slayer_lsp.query.references import (
     QueryRef,
     QueryShapeError,
     extract_entities_from_query,
     query_references,
 )
-from slayer_lsp.analysis.resolver import (
+from slayer_lsp.query.resolver import (
     AmbiguousJoinPathError,
     AmbiguousModelError,
     EntityResolutionError,
     Resolution,
     resolve_entity,
 )
-from slayer_lsp.catalog import load_catalog
 from tests.conftest import EXPECTED
 
 RESOLVE_ROWS = json.loads((EXPECTED / "resolve.json").read_text())

@@ -10,9 +10,9 @@ import shutil
 import pytest
 import yaml
 
-from slayer_lsp.analysis import resolver
-from slayer_lsp.analysis.resolver import EntityResolutionError, resolve_entity
 from slayer_lsp.catalog import Catalog
+from slayer_lsp.query import resolver
+from slayer_lsp.query.resolver import EntityResolutionError, resolve_entity
 from slayer_lsp.store.reader import StoreReader
 from tests.conftest import YAML_STORE
 

@@ -28,8 +28,8 @@ import msgspec
 import pytest
 
 from slayer_lsp.engine import Engine
-from slayer_lsp.store import writer
-from slayer_lsp.store.writer import MemoryWriteError, save_memory
+from slayer_lsp.store import files as store_files
+from slayer_lsp.writer.memories import MemoryWriteError, save_memory
 
 SHOP = Path(__file__).resolve().parents[1] / "examples" / "shop"
 BOOKS = Path("models/shop/books.yaml")
@@ -415,13 +415,13 @@ def test_enospc_mid_write_of_a_memory_leaves_nothing_behind(tmp_path, monkeypatc
     store = yaml_store(tmp_path)
     engine = cold(store)
     before, files = served(engine), _memory_files(store)
-    real = writer._write_all
+    real = store_files.write_all
 
     def half_then_full(fd: int, data: bytes) -> None:
         real(fd, data[: len(data) // 2])
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(writer, "_write_all", half_then_full)
+    monkeypatch.setattr(store_files, "write_all", half_then_full)
     with pytest.raises(MemoryWriteError, match=r"No space left on device \(ENOSPC\)"):
         save_memory(engine.location, engine.current().catalog, learning="Reorder when stock falls below ten.",
                     entities=["books.sku"])
@@ -429,7 +429,7 @@ def test_enospc_mid_write_of_a_memory_leaves_nothing_behind(tmp_path, monkeypatc
     engine.refresh(None)
     assert served(engine) == before
 
-    monkeypatch.setattr(writer, "_write_all", real)  # space again
+    monkeypatch.setattr(store_files, "write_all", real)  # space again
     saved = save_memory(engine.location, engine.current().catalog, learning="Reorder when stock falls below ten.",
                         entities=["books.sku"])
     engine.refresh(None)

@@ -24,13 +24,15 @@ from pathlib import Path
 import pytest
 
 from slayer_lsp.catalog import load_catalog
-from slayer_lsp.store import writer
+from slayer_lsp.query.normal_form import QueryRefused, normalize_query
+from slayer_lsp.store import files as store_files
+from slayer_lsp.store import transactions
 from slayer_lsp.store.locate import StoreLocation
-from slayer_lsp.store.writer import (
+from slayer_lsp.writer import memories as writer
+from slayer_lsp.writer.memories import (
     MemoryWriteError,
     forget_memory,
     format_created_at,
-    normalize_query,
     save_memory,
 )
 from tests import slayer_oracle as oracle
@@ -429,7 +431,7 @@ def _json_safe(query):
 
 @pytest.mark.parametrize("query", REFUSED_BY_BOTH + REFUSED_BY_US)
 def test_unstorable_queries_are_refused(query):
-    with pytest.raises(MemoryWriteError, match=r"^query"):
+    with pytest.raises(QueryRefused, match=r"^query"):
         normalize_query(query)
 
 
@@ -586,12 +588,12 @@ def _disk_full(*_args, **_kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
-@pytest.mark.parametrize("target", ["_write_all", "os.replace", "tempfile.mkstemp"])
+@pytest.mark.parametrize("target", ["write_all", "os.replace", "tempfile.mkstemp"])
 def test_yaml_write_failures_leave_nothing_behind(yaml_store, monkeypatch, target):
     loc, cat = yaml_store
     before = {n: (loc.path / "memories" / n).read_bytes() for n in os.listdir(loc.path / "memories")}
     owner, _, name = target.rpartition(".")
-    monkeypatch.setattr(getattr(writer, owner) if owner else writer, name, _disk_full)
+    monkeypatch.setattr(getattr(store_files, owner) if owner else store_files, name, _disk_full)
     with pytest.raises(MemoryWriteError, match=r"No space left on device \(ENOSPC\)"):
         save_memory(loc, cat, learning="new", entities=["orders"])
     with pytest.raises(MemoryWriteError, match="No space left on device"):
@@ -625,7 +627,7 @@ def test_sqlite_disk_full_rolls_back(tmp_path, monkeypatch):
     loc = _copy_store("sqlite", tmp_path)
     cat = load_catalog(loc.path)
     before = (memory_ids(loc), entity_rows(loc), stored_text(loc, "3"))
-    real_connect = writer._connect
+    real_connect = transactions.connect
 
     def full_connect(db, timeout):  # a database that cannot grow: SQLite reports SQLITE_FULL
         conn = real_connect(db, timeout)
@@ -633,7 +635,7 @@ def test_sqlite_disk_full_rolls_back(tmp_path, monkeypatch):
         conn.execute(f"PRAGMA max_page_count = {pages}")
         return conn
 
-    monkeypatch.setattr(writer, "_connect", full_connect)
+    monkeypatch.setattr(transactions, "connect", full_connect)
     big = "x" * 200_000
     with pytest.raises(MemoryWriteError, match="database or disk is full"):
         save_memory(loc, cat, learning=big, entities=["orders", "stores", "orders.status"])
@@ -784,7 +786,7 @@ import json, random, sys, time
 from pathlib import Path
 from slayer_lsp.catalog import load_catalog
 from slayer_lsp.store.locate import locate
-from slayer_lsp.store.writer import save_memory
+from slayer_lsp.writer.memories import save_memory
 
 store, tag, count, gate = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 location, catalog = locate(store), load_catalog(store)  # loaded once: stale for the whole run, on purpose

@@ -57,7 +57,7 @@ class DocBindings:
 def resolve(raw: str, catalog: Catalog, source_model: object | None = None) -> tuple[
         str | None, tuple[str, ...], str | None, str | None]:
     """(canonical, warnings, error, error_type) from the resolver; never raises."""
-    from slayer_lsp.analysis.resolver import resolve_entity
+    from slayer_lsp.query.resolver import resolve_entity
 
     try:
         res = resolve_entity(raw, catalog, source_model=source_model)  # type: ignore[arg-type]
@@ -67,7 +67,7 @@ def resolve(raw: str, catalog: Catalog, source_model: object | None = None) -> t
 
 
 def stage_info(stage: dm.Stage, catalog: Catalog) -> StageInfo:
-    from slayer_lsp.analysis.query_refs import QueryShapeError, query_references, source_model_of
+    from slayer_lsp.query.references import QueryShapeError, query_references, source_model_of
 
     info = StageInfo(stage)
     query = stage.query

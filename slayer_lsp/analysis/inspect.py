@@ -13,8 +13,8 @@ import msgspec
 
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import memory_id_of
-from slayer_lsp.search import render
 from slayer_lsp.store import documents as d
+from slayer_lsp.texts import render
 
 
 class TagInfo(msgspec.Struct, kw_only=True):
@@ -41,7 +41,7 @@ class InspectItem(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 def inspect_ref(catalog: Catalog, ref: str) -> InspectItem:
-    from slayer_lsp.analysis.resolver import EntityResolutionError, resolve_entity
+    from slayer_lsp.query.resolver import EntityResolutionError, resolve_entity
 
     try:
         res = resolve_entity(ref, catalog)
@@ -65,7 +65,7 @@ def inspect_ref(catalog: Catalog, ref: str) -> InspectItem:
         item.tags = [TagInfo(tag=t, stale=t not in valid) for t in obj.entities]
         item.query = obj.query
         item.created_at = obj.created_at
-        from slayer_lsp.search.service import stale_query_warning
+        from slayer_lsp.query.references import stale_query_warning
 
         if (w := stale_query_warning(catalog, obj)) is not None:
             item.warnings.append(w)

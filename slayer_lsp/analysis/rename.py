@@ -11,7 +11,7 @@ In a SQLite store the declarations and memories are rows, not files: the plan's 
 workspace's files only, and ``store`` holds the rows to rewrite (the datasource's model rows, the memory
 rows that name the entity), each computed by the same document edits on the row rendered as text (a
 model row as indented JSON, a memory row as its memory file) and stored back in SLayer's form. They are
-written later, in one transaction, by the writer (``store.writer.rename_rows``). A datasource of a SQLite
+written later, in one transaction, by the writer (``writer.renames.rename_rows``). A datasource of a SQLite
 store is not renamed: its name keys every model row, its connection row and the priority setting.
 
 A rename that cannot be done whole is refused before anything is planned (``RenameError``): an invalid
@@ -31,15 +31,17 @@ from pathlib import Path
 import yaml
 
 from slayer_lsp.analysis import documents as dm
-from slayer_lsp.analysis import formulas
 from slayer_lsp.analysis.binding import Binding, bind_all, resolve, stage_source
 from slayer_lsp.analysis.impact import ENTITY_KINDS, ImpactError, check_entity
 from slayer_lsp.analysis.navigation import FILES
 from slayer_lsp.analysis.workspace import WorkspaceDoc
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import is_memory_ref, memory_ref
+from slayer_lsp.query import formulas
 from slayer_lsp.store.safefs import read_text_file
-from slayer_lsp.store.writer import MemoryWriteError, RowRewrite, memory_markdown, read_rename_rows
+from slayer_lsp.writer.errors import MemoryWriteError
+from slayer_lsp.writer.memories import memory_markdown
+from slayer_lsp.writer.renames import RowRewrite, read_rename_rows
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_NAME = 255

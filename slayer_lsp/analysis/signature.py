@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slayer_lsp.analysis import documents as dm
-from slayer_lsp.analysis import formulas
 from slayer_lsp.analysis.binding import stage_source
 from slayer_lsp.catalog import Catalog
+from slayer_lsp.query import formulas
 
 FORMULA_ROLES = frozenset({dm.DIMENSION, dm.TIME_DIMENSION, dm.MEASURE, dm.FILTER, dm.ORDER, dm.MODEL_FORMULA})
 

@@ -278,7 +278,7 @@ def _check_priority(catalog: Catalog, loc: _Locator) -> list[Finding]:
 
 def _check_memory(catalog: Catalog, mem: d.Memory, source: Source, loc: _Locator) -> list[Finding]:
     from slayer_lsp.analysis.binding import resolve
-    from slayer_lsp.search.service import stale_query_warning
+    from slayer_lsp.query.references import stale_query_warning
 
     out = []
     ref = memory_ref(mem.id)

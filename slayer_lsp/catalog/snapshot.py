@@ -174,7 +174,7 @@ class Catalog:
         priority = tuple(priority_doc.value) if priority_doc is not None else ()  # type: ignore[arg-type]
         delta = Delta(
             added=frozenset(c for c in after if c not in before),
-            changed=frozenset(c for c in after if c in before and _differs(before[c], after[c])),
+            changed=frozenset(c for c in after if c in before and entity_differs(before[c], after[c])),
             removed=frozenset(c for c in before if c not in after),
             priority_changed=priority_changed,
         )
@@ -323,7 +323,7 @@ class Catalog:
         return cache[name]
 
 
-def _differs(a: Entity, b: Entity) -> bool:
+def entity_differs(a: Entity, b: Entity) -> bool:
     """An entity changed when its own definition, visibility or source did (a sibling column's
     edit rewrites the model file but leaves this column as it was)."""
     return a.obj != b.obj or a.hidden != b.hidden or a.source != b.source

@@ -98,7 +98,7 @@ def add_scope_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def scope_from_args(args: argparse.Namespace):  # -> catalog.scope.Scope
-    from slayer_lsp.catalog.scope import Scope
+    from slayer_lsp.reach.scope import Scope
 
     try:
         return Scope.of(getattr(args, "scope_datasources", None), getattr(args, "access_tags", None),
@@ -137,7 +137,7 @@ def _store_catalog(storage: str | None, scope: Any, verb: str) -> tuple[StoreLoc
     """The store's location and its (reachable) catalog; a store that cannot be read at all is a
     usage error."""
     from slayer_lsp.catalog import load_catalog
-    from slayer_lsp.catalog.scope import restrict
+    from slayer_lsp.reach.scope import restrict
 
     location = _absolute_location(storage)
     catalog = load_catalog(location)

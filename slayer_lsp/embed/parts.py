@@ -1,9 +1,6 @@
 """Part vectors: vectors of pieces of an entity, besides its one vector per canonical id.
 
-A part is keyed ``<canonical>#<part>``: the facets of ``embed.facets`` (``ds.m.col#meaning``,
-``ds.m.col#values``) and, later, a memory's pieces (``memory:<id>#p<n>``). Its kind is
-``<owner kind>#<group>`` (``column#values``; ``group`` is the facet's name, or e.g. ``piece``), so the
-rows of one facet are picked by kind before ranking, without building an id list.
+What a part is, and its id and kind, is ``texts/parts.py``.
 
 Part vectors are embedded by a second ``EmbeddingWorker`` (``EmbeddingWorker.parts`` of the dense
 channel's worker) that shares the provider, and stored in a table of our own, ``part_vectors`` of
@@ -23,71 +20,15 @@ else; with the cache off (``SLAYER_LSP_CACHE=off``) parts live in memory only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from slayer_lsp.embed.facets import facet_texts
-from slayer_lsp.embed.text import EmbedItem
-from slayer_lsp.store import documents as d
+from slayer_lsp.texts.parts import SEPARATORS, parts_for
 
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog, Delta
 
-PART_SEP = "#"
 PARTS_FILE = "parts.db"
 PARTS_TABLE = "part_vectors"
-SEPARATORS = (".", PART_SEP)  # a part belongs to its owner, and to the owner's ancestors
-PIECE_KIND = "memory#piece"  # memory:<id>#p<n>: the n-th piece of a memory
-
-
-def part_id(owner: str, part: str) -> str:
-    return f"{owner}{PART_SEP}{part}"
-
-
-def owner_of(pid: str) -> str:
-    """``ds.m.col#values`` -> ``ds.m.col`` (part names never hold ``#``)."""
-    return pid.rpartition(PART_SEP)[0]
-
-
-def part_of(pid: str) -> str:
-    return pid.rpartition(PART_SEP)[2]
-
-
-def part_kind(owner_kind: str, group: str) -> str:
-    return f"{owner_kind}{PART_SEP}{group}"
-
-
-def parts_for(catalog: Catalog, canonical: str) -> list[EmbedItem]:
-    """Every part of one searchable entity, as work items (none for unknown or hidden ids)."""
-    ent = catalog.get(canonical)
-    if ent is None or ent.hidden:
-        return []
-    items = [EmbedItem(part_id(canonical, facet), part_kind(ent.kind, facet), text)
-             for facet, text in facet_texts(ent.obj).items()]
-    if isinstance(ent.obj, d.Memory):  # a memory's pieces: what its dense matching compares (search/pieces.py)
-        from slayer_lsp.search.pieces import piece_texts
-
-        items += [EmbedItem(part_id(canonical, f"p{n}"), PIECE_KIND, text)
-                  for n, text in enumerate(piece_texts(ent.obj))]
-    return items
-
-
-class PartItems:
-    """Work items for the parts of every searchable entity of a catalog, in its search order.
-    Texts are made while iterating; ``len()`` (computed once) is exact."""
-
-    def __init__(self, catalog: Catalog) -> None:
-        self.catalog = catalog
-        self._len: int | None = None
-
-    def __len__(self) -> int:
-        if self._len is None:
-            self._len = sum(1 for _ in self)
-        return self._len
-
-    def __iter__(self) -> Iterator[EmbedItem]:
-        for cid in self.catalog.searchable_ids():
-            yield from parts_for(self.catalog, cid)
 
 
 def feed_parts(worker: Any, catalog: Catalog, delta: Delta) -> None:
@@ -119,8 +60,8 @@ def _covered(cid: str, gone: dict[str, bool], from_store: bool) -> bool:
 def part_store(location: Any) -> Any:
     """Where part vectors of a store live: ``parts.db`` in its cache directory, or nowhere (a
     ``MemoryStore``) when the cache is off."""
-    from slayer_lsp.cache import cache_dir
     from slayer_lsp.embed.store import MemoryStore, VectorStore
+    from slayer_lsp.store.cache import cache_dir
     from slayer_lsp.store.locate import StoreLocation, locate
 
     loc = location if isinstance(location, StoreLocation) else locate(str(location))

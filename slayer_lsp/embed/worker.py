@@ -40,7 +40,7 @@ from slayer_lsp.embed.store import (
     VectorStoreError,
     content_hash,
 )
-from slayer_lsp.embed.text import EmbedItem
+from slayer_lsp.texts.statements import EmbedItem
 
 if TYPE_CHECKING:
     from slayer_lsp.embed.store import StorePlace

@@ -69,7 +69,7 @@ class ScopeOptions:
     untagged_only: bool = False
 
     def to_scope(self):  # -> catalog.scope.Scope
-        from slayer_lsp.catalog.scope import Scope
+        from slayer_lsp.reach.scope import Scope
 
         return Scope.of(self.datasources, self.access_tags, untagged_only=self.untagged_only)
 

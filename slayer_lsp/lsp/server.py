@@ -57,6 +57,7 @@ from slayer_lsp.analysis import signature as sig
 from slayer_lsp.analysis import workspace as wsp
 from slayer_lsp.lsp.options import Options, parse_options
 from slayer_lsp.watch import document_paths, watch_quiet_ms
+from slayer_lsp.writer.scoped import WriteRefused
 
 log = logging.getLogger(__name__)
 
@@ -1524,13 +1525,11 @@ async def do_status(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
 _SAVE_FIELDS = ("learning", "entities", "query", "linked_entities", "id", "description")
 
 
-def _write_error(method: str, exc: Exception) -> JsonRpcException:
-    """A refused write (``writes.WriteRefused``, or the writer's own error) as a JSON-RPC error carrying the writer's message:
-    -32602 when the input is at fault (an unresolvable reference, a bad id, ...), -32803
-    (RequestFailed) when the store is (I/O, lock timeout, an unreadable or legacy store)."""
-    from slayer_lsp import writes
-
-    if exc.store_side if isinstance(exc, writes.WriteRefused) else writes.store_side(exc):
+def _write_error(method: str, exc: WriteRefused) -> JsonRpcException:
+    """A refused write as a JSON-RPC error carrying the writer's message: -32602 when the input is
+    at fault (an unresolvable reference, a bad id, ...), -32803 (RequestFailed) when the store is
+    (I/O, lock timeout, an unreadable, legacy or changed store)."""
+    if exc.store_side:
         log.warning("%s refused by the store: %s", method, exc)
         return JsonRpcException(f"{method}: {exc}", code=t.LSPErrorCodes.RequestFailed.value)
     return JsonRpcInvalidParams(f"{method}: {exc}")
@@ -1596,7 +1595,7 @@ def _scope_dict(ls: SlayerLanguageServer) -> dict[str, Any]:
 async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     """Save (or upsert) a memory exactly as SLayer would, then refresh the engine so that the next
     search, hover or diagnostic sees it."""
-    from slayer_lsp import writes
+    from slayer_lsp.writer import scoped as writes
 
     method = "slayer/saveMemory"
     kwargs = _save_params(_object_params(method, params))
@@ -1618,7 +1617,7 @@ async def do_save_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any
 async def do_forget_memory(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     """Forget a memory (and its ``memory:<id>`` tags on other memories, and its embedding rows) as
     SLayer would, then refresh the engine. ``{"forgotten": false}`` when no such memory exists."""
-    from slayer_lsp import writes
+    from slayer_lsp.writer import scoped as writes
 
     method = "slayer/forgetMemory"
     raw = _object_params(method, params)
@@ -1649,7 +1648,7 @@ async def do_apply_store_rename(ls: SlayerLanguageServer, args: tuple[Any, ...])
     """Write the pending store part of a rename in a SQLite store (the code action's command): all its
     rows in one transaction, then refresh the engine. Only the last planned rename is pending; it is
     written once."""
-    from slayer_lsp import writes
+    from slayer_lsp.writer import scoped as writes
 
     name = STORE_RENAME_COMMAND
     if len(args) != 1 or not isinstance(args[0], str):

@@ -67,8 +67,8 @@ class McpApp:
 
     def __init__(self, storage: str | None, scope: Any = None, *, dense: str = "live",
                  embedding_model: str | None = None, switch_model: bool = False) -> None:
-        from slayer_lsp.catalog.scope import Scope
         from slayer_lsp.engine import Engine
+        from slayer_lsp.reach.scope import Scope
 
         self.scope = scope or Scope()
         self.engine: Any = None
@@ -326,7 +326,7 @@ class McpApp:
 
     async def tool_save_memory(self, ctx: Any, params: Any) -> Any:
         from slayer_lsp import protocol_types as p
-        from slayer_lsp import writes
+        from slayer_lsp.writer import scoped as writes
 
         kwargs = _save_arguments(params)
         engine, state = await self._writable(ctx)
@@ -345,7 +345,7 @@ class McpApp:
 
     async def tool_forget_memory(self, ctx: Any, params: Any) -> Any:
         from slayer_lsp import protocol_types as p
-        from slayer_lsp import writes
+        from slayer_lsp.writer import scoped as writes
 
         if isinstance(params.id, str) and not params.id.strip():
             raise ToolError("'id' must not be empty")

@@ -38,10 +38,10 @@ import msgspec
 
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of
-from slayer_lsp.embed.facets import FACETS, facet_names, facet_texts, kinds_with
-from slayer_lsp.embed.parts import part_id, part_kind
-from slayer_lsp.search import render
 from slayer_lsp.search.types import MAX_QUESTION_CHARS, MAX_RESULTS_CAP, SearchError, SearchHit
+from slayer_lsp.texts import render
+from slayer_lsp.texts.facets import FACETS, facet_names, facet_texts, kinds_with
+from slayer_lsp.texts.parts import part_id, part_kind
 
 DEFAULT_DEPTH = 500
 MAX_DEPTH = 5000

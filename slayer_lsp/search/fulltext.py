@@ -22,7 +22,7 @@ from pathlib import Path
 import tantivy
 
 from slayer_lsp.search.fastfields import u64_values
-from slayer_lsp.search.render import RenderedDoc
+from slayer_lsp.texts.render import RenderedDoc
 
 log = logging.getLogger(__name__)
 

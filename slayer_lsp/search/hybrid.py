@@ -289,7 +289,7 @@ def _dense_pieces(indexes: SearchIndexes, req: Request, allowed: _Allowed) -> li
     parts = getattr(worker, "parts", None) if worker is not None else None
     if worker is None or parts is None or not len(parts.index):  # worker None: parts None too
         return []
-    from slayer_lsp.embed.parts import PIECE_KIND, owner_of, part_of
+    from slayer_lsp.texts.parts import PIECE_KIND, owner_of, part_of
 
     try:
         vec = worker.embed_query(req.question or "")

@@ -53,7 +53,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref
-from slayer_lsp.search.pieces import MemoryPieceIndex
+from slayer_lsp.search.piece_index import MemoryPieceIndex
 from slayer_lsp.search.recency import recency_factor
 from slayer_lsp.search.tags import TagCorpus
 from slayer_lsp.search.tokens import ExactToken, extract_tokens, shape_of

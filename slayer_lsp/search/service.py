@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref, rooted_at
-from slayer_lsp.search import render
+from slayer_lsp.query.references import stale_query_warning
 from slayer_lsp.search.fulltext import FullTextIndex
 from slayer_lsp.search.tags import TagCorpus
 from slayer_lsp.search.types import (
@@ -31,14 +31,15 @@ from slayer_lsp.search.types import (
     SearchResponse,
 )
 from slayer_lsp.store import documents as d
+from slayer_lsp.texts import render
 
 if TYPE_CHECKING:  # imported where used: building these is what a search may never need
-    from slayer_lsp.cache import StoreCache
     from slayer_lsp.embed.worker import EmbeddingWorker
     from slayer_lsp.search.graph import GraphIndex
     from slayer_lsp.search.lexicon import Lexicon
     from slayer_lsp.search.memory_terms import MemoryTerms
-    from slayer_lsp.search.pieces import MemoryPieceIndex
+    from slayer_lsp.search.piece_index import MemoryPieceIndex
+    from slayer_lsp.store.cache import StoreCache
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +202,7 @@ class SearchIndexes:
         """Memories cut into pieces for the hybrid ranking (built once, then updated per delta)."""
         with self._lock:
             if self._pieces is None:
-                from slayer_lsp.search.pieces import MemoryPieceIndex
+                from slayer_lsp.search.piece_index import MemoryPieceIndex
 
                 self._pieces = MemoryPieceIndex.build(catalog)
             return self._pieces
@@ -298,7 +299,7 @@ def _feed_dense(worker: Any, catalog: Catalog, touched: set[str], delta: Delta) 
     """Queue what a change means for channel 3: re-embed what changed (unchanged texts are skipped
     by their content hash), drop vectors of deleted entities from the store, and of entities that
     became hidden from memory only."""
-    from slayer_lsp.embed.text import item_for
+    from slayer_lsp.texts.statements import item_for
 
     for cid in sorted(touched):
         item = item_for(catalog, cid)
@@ -328,7 +329,7 @@ def _persistent_index(cache: Any, docs: dict[str, render.RenderedDoc]) -> FullTe
 
 
 def _save_manifest(cache: Any, index: FullTextIndex) -> None:
-    from slayer_lsp.cache import TextManifest
+    from slayer_lsp.store.cache import TextManifest
 
     opstamp, names, members = index.manifest()
     cache.save_text_manifest(TextManifest(0, "", str(index.path), opstamp, names, members))
@@ -359,8 +360,8 @@ def _dedup(items: Iterable[str]) -> list[str]:
 
 
 def _resolve_inputs(catalog: Catalog, params: SearchParams) -> tuple[list[str], list[str]]:
-    from slayer_lsp.analysis.query_refs import extract_entities_from_query
-    from slayer_lsp.analysis.resolver import EntityResolutionError, resolve_entity
+    from slayer_lsp.query.references import extract_entities_from_query
+    from slayer_lsp.query.resolver import EntityResolutionError, resolve_entity
 
     canonical: list[str] = []
     warnings: list[str] = []
@@ -381,21 +382,6 @@ def _resolve_inputs(catalog: Catalog, params: SearchParams) -> tuple[list[str], 
             canonical.extend(refs.canonicals)
             warnings.extend(refs.warnings)
     return _dedup(canonical), _dedup(warnings)
-
-
-def stale_query_warning(catalog: Catalog, mem: d.Memory) -> str | None:
-    """SLayer's warning for an example query whose references no longer resolve."""
-    from slayer_lsp.analysis.query_refs import extract_entities_from_query
-    from slayer_lsp.analysis.resolver import EntityResolutionError
-
-    if mem.query is None:
-        return None
-    try:
-        extract_entities_from_query(mem.query, catalog)
-    except EntityResolutionError as exc:
-        return (f"example_query memory:{mem.id}: attached query has stale references ({exc}); "
-                "re-save to clean.")
-    return None
 
 
 def _memory_hit(mem: d.Memory, score: float, inputs: list[str], valid, compact: bool) -> SearchHit:  # noqa: ANN001

@@ -39,8 +39,9 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from slayer_lsp.texts.words import TOKEN_RE
+
 # A whole token: word characters joined by connectors (no leading/trailing connector).
-TOKEN_RE = re.compile(r"\w+(?:[-.:@]\w+)*")
 _CONNECTOR = re.compile(r"[-.:@]")
 
 _ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)", re.I)

@@ -246,7 +246,7 @@ class YamlReader:
 
     def export_parsed(self) -> list[Any]:
         """The parsed documents with the stat key of their file, for the on-disk cache."""
-        from slayer_lsp.cache import CachedDoc
+        from slayer_lsp.store.cache import CachedDoc
 
         out = []
         for path, (key, doc, _issues) in self._cache.items():
@@ -621,7 +621,7 @@ class StoreReader:
         self._impl = YamlReader(self.location) if self.location.backend == "yaml" else SqliteReader(self.location)
         self._cache = None
         if use_cache and isinstance(self._impl, YamlReader):
-            from slayer_lsp.cache import StoreCache
+            from slayer_lsp.store.cache import StoreCache
 
             self._cache = StoreCache.for_location(self.location)
             if self._cache is not None:

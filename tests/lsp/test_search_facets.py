@@ -13,9 +13,9 @@ import yaml
 from lsprotocol import types as t
 from pygls.exceptions import JsonRpcInvalidParams
 
-from slayer_lsp.embed.facets import facet_texts
-from slayer_lsp.embed.parts import PIECE_KIND, part_kind
-from slayer_lsp.search.pieces import piece_texts
+from slayer_lsp.texts.facets import facet_texts
+from slayer_lsp.texts.parts import PIECE_KIND, part_kind
+from slayer_lsp.texts.pieces import piece_texts
 
 from .support import REPO, copy_store, eventually, plain, request, start_client, stop_client
 

@@ -114,7 +114,7 @@ def test_write_errors_name_the_culprit():
     from pygls.exceptions import JsonRpcInvalidParams
 
     from slayer_lsp.lsp.server import _write_error
-    from slayer_lsp.store.writer import MemoryWriteError
+    from slayer_lsp.writer.memories import MemoryWriteError
 
     bad = _write_error("slayer/saveMemory", MemoryWriteError("cannot resolve 'x': nope", reference="x"))
     assert isinstance(bad, JsonRpcInvalidParams) and bad.message == "slayer/saveMemory: cannot resolve 'x': nope"

@@ -3,7 +3,7 @@
 Shared by the front ends that write (the language server's ``slayer/saveMemory`` and
 ``slayer/forgetMemory``, the MCP server's ``save_memory`` and ``forget_memory``) so that a scoped
 session is refused the same way whichever protocol it speaks. Each front end only maps
-``WriteRefused`` to its own error shape (``store_side`` tells a bad request from a failing store).
+``WriteRefused`` to its own error shape (its ``kind`` tells a bad request from a failing store).
 """
 
 from __future__ import annotations
@@ -12,19 +12,26 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger(__name__)
+from slayer_lsp.writer.errors import STORE_SIDE, MemoryWriteError, WriteErrorKind
 
-_STORE_FAILURES = ("timed out after", "no SLayer", "cannot be read", "unreadable created_at",
-                   "open it once with SLayer", "was deleted but")
+log = logging.getLogger(__name__)
 
 
 class WriteRefused(Exception):
-    """A write that did not happen, with the writer's message. ``store_side``: the store is at fault
-    (I/O, lock timeout, an unreadable or legacy store), not the request."""
+    """A write that did not happen, with the writer's message and its ``kind``."""
 
-    def __init__(self, message: str, *, store_side: bool = False) -> None:
+    def __init__(self, message: str, *, kind: WriteErrorKind = WriteErrorKind.INVALID) -> None:
         super().__init__(message)
-        self.store_side = store_side
+        self.kind = kind
+
+    @classmethod
+    def of(cls, exc: MemoryWriteError) -> WriteRefused:
+        return cls(str(exc), kind=exc.kind)
+
+    @property
+    def store_side(self) -> bool:
+        """The store is at fault (I/O, lock timeout, a legacy or changed store), not the request."""
+        return self.kind in STORE_SIDE
 
 
 @dataclass(frozen=True)
@@ -34,15 +41,6 @@ class Saved:
     created: bool
     warnings: list[str]
     touched: list[str] | None  # the paths written, for the refresh (None: re-list the store)
-
-
-def store_side(exc: Exception) -> bool:
-    """Whether a ``MemoryWriteError`` blames the store rather than the input."""
-    import sqlite3
-
-    cause = exc.__cause__
-    return isinstance(cause, (OSError, sqlite3.Error)) or (
-        getattr(exc, "reference", None) is None and any(m in str(exc) for m in _STORE_FAILURES))
 
 
 def reachable_memories(state: Any) -> frozenset[str] | None:
@@ -56,7 +54,7 @@ def refuse_withheld_upsert(state: Any, memory_id: Any) -> None:
     ``HiddenContentConflictError``. Any other id is the writer's to refuse (``scoped_id_refusal``:
     the same answer for a free id and a hidden memory's). References are resolved against the
     reachable catalog anyway, so a new memory can name only what the session reaches."""
-    from slayer_lsp.store.writer import MemoryWriteError, normalize_memory_id
+    from slayer_lsp.writer.memories import normalize_memory_id
 
     if state.full is None or memory_id is None:
         return
@@ -84,14 +82,14 @@ def save(engine: Any, state: Any, *, learning: str, entities: list[str] | None, 
          id: str | int | None, description: str | None) -> Saved:
     """Save (or upsert) a memory exactly as SLayer would, within the session's scope (blocking: run it
     off the event loop). Raises ``WriteRefused``."""
-    from slayer_lsp.store.writer import MemoryWriteError, save_memory
+    from slayer_lsp.writer.memories import save_memory
 
     refuse_withheld_upsert(state, id)
     try:
         saved = save_memory(engine.location, state.catalog, learning=learning, entities=entities, query=query,
                             id=id, description=description, reachable=reachable_memories(state))
     except MemoryWriteError as exc:
-        raise WriteRefused(str(exc), store_side=store_side(exc)) from exc
+        raise WriteRefused.of(exc) from exc
     touched = None
     if engine.location.backend == "yaml":
         touched = [str(engine.location.path / "memories" / f"{saved.id}.md")]
@@ -101,24 +99,23 @@ def save(engine: Any, state: Any, *, learning: str, entities: list[str] | None, 
 def forget(engine: Any, state: Any, memory_id: str | int) -> bool:
     """Forget a memory as SLayer would; False (nothing touched) when the session has no such memory,
     hidden and missing alike. Raises ``WriteRefused``."""
-    from slayer_lsp.store.writer import MemoryWriteError, forget_memory
+    from slayer_lsp.writer.memories import forget_memory
 
     try:
         return forget_memory(engine.location, state.catalog, memory_id, reachable=reachable_memories(state))
     except MemoryWriteError as exc:
-        raise WriteRefused(str(exc), store_side=store_side(exc)) from exc
+        raise WriteRefused.of(exc) from exc
 
 
 def rename_rows(engine: Any, store: Any, renamed: str) -> None:
     """Write a SQLite store's part of a rename (``analysis.rename.StoreRename``): every row in one
     transaction, or none (blocking: run it off the event loop). Raises ``WriteRefused``."""
-    from slayer_lsp.store.writer import MemoryWriteError
-    from slayer_lsp.store.writer import rename_rows as write_rows
+    from slayer_lsp.writer.renames import rename_rows as write_rows
 
     if str(engine.location.path) != store.db:
         raise WriteRefused(f"the rename was planned for {store.db}, and the session's store is now "
-                           f"{engine.location.path}; rename again", store_side=True)
+                           f"{engine.location.path}; rename again", kind=WriteErrorKind.STALE)
     try:
         write_rows(store.db, store.rows, [renamed])
     except MemoryWriteError as exc:
-        raise WriteRefused(str(exc), store_side=True) from exc
+        raise WriteRefused(str(exc), kind=exc.kind if exc.store_side else WriteErrorKind.STALE) from exc

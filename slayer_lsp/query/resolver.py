@@ -31,9 +31,9 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import formulas
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
+from slayer_lsp.query import formulas
 from slayer_lsp.store import documents as d
 
 __all__ = [

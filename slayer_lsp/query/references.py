@@ -22,9 +22,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from slayer_lsp.analysis import formulas
-from slayer_lsp.analysis.resolver import EntityResolutionError, SourceModel, model_identity, resolve_entity
 from slayer_lsp.catalog import Catalog
+from slayer_lsp.query import formulas
+from slayer_lsp.query.resolver import EntityResolutionError, SourceModel, model_identity, resolve_entity
 from slayer_lsp.store import documents as d
 
 __all__ = ["QueryRef", "QueryRefs", "QueryShapeError", "extract_entities_from_query", "query_references",
@@ -414,3 +414,15 @@ def extract_entities_from_query(query: Mapping[str, Any], catalog: Catalog,
         for w in res.warnings:
             warnings.setdefault(w, None)
     return QueryRefs(tuple(canonicals), tuple(warnings))
+
+
+def stale_query_warning(catalog: Catalog, mem: d.Memory) -> str | None:
+    """SLayer's warning for an example query whose references no longer resolve."""
+    if mem.query is None:
+        return None
+    try:
+        extract_entities_from_query(mem.query, catalog)
+    except EntityResolutionError as exc:
+        return (f"example_query memory:{mem.id}: attached query has stale references ({exc}); "
+                "re-save to clean.")
+    return None

@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from slayer_lsp.catalog.ids import is_memory_ref
-from slayer_lsp.embed.text import memory_text, words_of
 from slayer_lsp.store import documents as d
+from slayer_lsp.texts.statements import memory_text
+from slayer_lsp.texts.words import words_of
 
 MAX_SAMPLES = 20
 MAX_SAMPLE_CHARS = 300

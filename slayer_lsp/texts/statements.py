@@ -14,12 +14,12 @@ whole text, are declared in ``embed.facets``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slayer_lsp.store import documents as d
+from slayer_lsp.texts.words import words_of
 
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog
@@ -43,15 +43,6 @@ class EmbedItem:
     kind: str
     text: str
     accept_hashes: tuple[str, ...] = ()
-
-
-_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z])")
-
-
-def words_of(name: str) -> str:
-    """``order_date`` -> ``order date``; ``NumGE1500`` -> ``num ge 1500``: names as words."""
-    spaced = _CAMEL.sub(" ", name.replace("_", " ").replace("-", " ").replace(".", " "))
-    return " ".join(spaced.lower().split())
 
 
 def _sentence(subject: str, value: str, plural: bool = False) -> str:

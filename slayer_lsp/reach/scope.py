@@ -45,7 +45,7 @@ from typing import Any
 import msgspec
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref
-from slayer_lsp.catalog.snapshot import Catalog, Delta, Entity, _differs
+from slayer_lsp.catalog.snapshot import Catalog, Delta, Entity, entity_differs
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.reader import PRIORITY_KEY, DocKey, LoadIssue, StoredDoc
 
@@ -175,7 +175,7 @@ def _paths_of(texts: Iterable[str]) -> tuple[tuple[str, ...], ...]:
 
 def _query_paths(query: Mapping[str, Any]) -> tuple[tuple[str, ...], ...]:
     """Dotted paths of every reference token of a query (lenient: a malformed entry is skipped)."""
-    from slayer_lsp.analysis.query_refs import query_references
+    from slayer_lsp.query.references import query_references
 
     try:
         refs = query_references(query, problems=[])
@@ -410,8 +410,8 @@ class _Judge:
         reference is resolved against the full store and its join path walked from the source
         model (a hop through an unreachable model blocks, as SLayer counts it as read); one that
         does not resolve is judged by its words."""
-        from slayer_lsp.analysis.query_refs import query_references, source_model_of
-        from slayer_lsp.analysis.resolver import resolve_entity
+        from slayer_lsp.query.references import query_references, source_model_of
+        from slayer_lsp.query.resolver import resolve_entity
 
         if not isinstance(query, Mapping):
             return False, False
@@ -664,7 +664,7 @@ class Reach:
             before, after = prev.entities, scoped.entities
             out = Delta(frozenset(c for c in touched if c in after and c not in before),
                         frozenset(c for c in touched if c in after and c in before and before[c] is not after[c]
-                                  and _differs(before[c], after[c])),
+                                  and entity_differs(before[c], after[c])),
                         frozenset(c for c in touched if c in before and c not in after),
                         prev.priority != scoped.priority)
         self._full, self._scoped = full, scoped
@@ -832,7 +832,7 @@ def _delta(old: Catalog | None, new: Catalog) -> Delta:
         was = before.get(c)
         if was is None:
             added.append(c)
-        elif was is not ent and _differs(was, ent):
+        elif was is not ent and entity_differs(was, ent):
             changed.append(c)
     removed = [c for c in before if c not in after] if len(before) + len(added) != len(after) else []
     return Delta(frozenset(added), frozenset(changed), frozenset(removed), old.priority != new.priority)
