@@ -189,17 +189,21 @@ def _parse_json(stdout: str, stderr: str) -> Any:
 # --------------------------------------------------------------------------- generated stores
 
 
-def generated_store(models: int, memories: int, backend: str, *, venv: str | None = None) -> Path:
+def generated_store(models: int, memories: int, backend: str, *, columns: int | None = None,
+                    datasources: int | None = None, venv: str | None = None) -> Path:
     """A synthetic store written by SLayer itself (``shared/tools/gen_slayer_storage.py``).
 
-    Built once per size and backend under ``bench/.work/gen-<models>-<memories>/`` (``yaml/`` or
-    ``slayer.db``) and reused while its marker matches the generator's digest. Returns the YAML
-    directory or the SQLite file. Never mutate it: copy it first (benchmarks share it)."""
+    Built once per size and backend under ``bench/.work/gen-<models>-<memories>/`` (with
+    ``columns`` / ``datasources`` other than the generator's defaults: ``gen-<models>x<columns>-<memories>``
+    and ``-ds<n>``), ``yaml/`` or ``slayer.db`` inside, and reused while its marker matches the
+    generator's digest. Returns the YAML directory or the SQLite file. Never mutate it: copy it first
+    (benchmarks share it)."""
     if backend not in ("yaml", "sqlite"):
         raise ValueError(f"backend must be 'yaml' or 'sqlite', not {backend!r}")
     if not GENERATOR.is_file():
         raise SlayerEnvError(f"generator not found at {GENERATOR} (shared/ must sit beside the repo)")
-    out = work_dir() / f"gen-{models}-{memories}"
+    shape = f"{models}x{columns}" if columns is not None else f"{models}"
+    out = work_dir() / (f"gen-{shape}-{memories}" + (f"-ds{datasources}" if datasources is not None else ""))
     target = out / ("yaml" if backend == "yaml" else "slayer.db")
     marker = out / f".done-{backend}.json"
     digest = hashlib.sha256(GENERATOR.read_bytes()).hexdigest()[:16]
@@ -212,8 +216,13 @@ def generated_store(models: int, memories: int, backend: str, *, venv: str | Non
         print(f"[slayer-env] generating {backend} store {models} models x {memories} memories "
               f"in {out} ...", file=sys.stderr)
         t0 = time.perf_counter()
+        extra: list[object] = []
+        if columns is not None:
+            extra += ["--columns", columns]
+        if datasources is not None:
+            extra += ["--datasources", datasources]
         report = run_in_slayer(Path(GENERATOR), out, "--models", models, "--memories", memories,
-                               "--backend", backend, venv=venv)
+                               "--backend", backend, *extra, venv=venv)
         seconds = time.perf_counter() - t0
         marker.write_text(json.dumps({"generator": digest, "models": models, "memories": memories,
                                       "backend": backend, "seconds": round(seconds, 1), "report": report},

@@ -29,7 +29,6 @@ laptop CPU takes a long time and would compete with the requests being timed.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -172,17 +171,7 @@ def rss_mb(pid: int) -> tuple[float, float]:
 
 def large_store(models: int, columns: int, memories: int, venv: str | None) -> Path:
     """A YAML store written by SLayer with ``columns`` columns per model, built once and cached."""
-    out = env.work_dir() / f"gen-{models}x{columns}-{memories}"
-    target, marker = out / "yaml", out / ".done-yaml.json"
-    digest = hashlib.sha256(env.GENERATOR.read_bytes()).hexdigest()[:16]
-    if marker.is_file() and target.is_dir() and json.loads(marker.read_text()).get("generator") == digest:
-        return target
-    print(f"[lsp-bench] generating {models} models x {columns} columns, {memories} memories in {out} "
-          f"(one-off, minutes)", file=sys.stderr)
-    report = env.run_in_slayer(Path(env.GENERATOR), out, "--models", models, "--columns", columns, "--memories",
-                               memories, "--backend", "yaml", venv=venv)
-    marker.write_text(json.dumps({"generator": digest, "report": report}, indent=2))
-    return target
+    return env.generated_store(models, memories, "yaml", columns=columns, venv=venv)
 
 
 def read_models(store: Path) -> list[tuple[str, str, list[str], Path]]:

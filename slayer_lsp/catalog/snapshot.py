@@ -125,6 +125,8 @@ class Catalog:
         snapshot and records the failure in ``fatal``: the last good state keeps serving."""
         if read.fatal is not None:
             return self._replace(fatal=read.fatal, generation=self.generation + 1), Delta()
+        if read.unchanged and self.fatal is None:
+            return self, Delta()
         old_docs, new_docs = self.docs, read.docs
         changed_keys = [k for k, doc in new_docs.items()
                         if (old := old_docs.get(k)) is None or old.digest != doc.digest]

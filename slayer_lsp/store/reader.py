@@ -31,7 +31,7 @@ import msgspec
 import yaml
 
 from slayer_lsp.store import documents as d
-from slayer_lsp.store import fastyaml, safefs
+from slayer_lsp.store import fastyaml, own_writes, safefs
 from slayer_lsp.store.limits import MAX_DOCUMENT_BYTES, MAX_LEARNING_CHARS, check_json_nesting
 from slayer_lsp.store.locate import StoreLocation, locate
 
@@ -93,6 +93,7 @@ class StoreRead:
     docs: dict[DocKey, StoredDoc] = field(default_factory=dict)
     issues: list[LoadIssue] = field(default_factory=list)  # documents that did not load at all
     fatal: str | None = None  # the store as a whole could not be read (missing, locked, corrupt)
+    unchanged: bool = False  # the store is known not to have changed since the previous read
 
 
 # --------------------------------------------------------------------------- decoding
@@ -482,13 +483,22 @@ class SqliteReader:
         self.location = location
         self.busy_timeout = busy_timeout
         self._cache: dict[tuple[str, str], tuple[str, StoredDoc | None, tuple[LoadIssue, ...]]] = {}
+        self._last: StoreRead | None = None  # the previous complete read, and the change counter it saw
+        self._counter: int | None = None
 
     def read(self) -> StoreRead:
         out = StoreRead(self.location)
         path = self.location.path
         if not path.is_file():
             out.fatal = f"store file {path} does not exist"
+            self._last = None
             return out
+        last = self._last
+        if last is not None and own_writes.only_ours(path, self._counter, own_writes.change_counter(path)):
+            # nothing, or only our own vector writes, since the last read: the rows are as they were
+            self._counter = own_writes.change_counter(path)
+            return StoreRead(self.location, last.docs, list(last.issues), unchanged=True)
+        self._last = None
         try:
             try:
                 rows = self._fetch(path)
@@ -514,6 +524,7 @@ class SqliteReader:
                 out.docs[doc.key] = doc
         for stale in set(self._cache) - live:
             del self._cache[stale]
+        self._last = out
         return out
 
     def _fetch(self, path: Path, read_only: bool = True) -> list[_Row]:
@@ -531,6 +542,7 @@ class SqliteReader:
             rows += _rows(conn, "memories", ("id",), "data")
             if "settings" in tables:
                 rows += _rows(conn, "settings", ("key",), "value", "key = 'datasource_priority'")
+            self._counter = own_writes.change_counter(path)  # under the read lock: what these rows are
             conn.execute("COMMIT")
             return rows
         finally:
