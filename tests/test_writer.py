@@ -29,6 +29,7 @@ from slayer_lsp.store import files as store_files
 from slayer_lsp.store import transactions
 from slayer_lsp.store.locate import StoreLocation
 from slayer_lsp.writer import memories as writer
+from slayer_lsp.writer.errors import WriteErrorKind
 from slayer_lsp.writer.memories import (
     MemoryWriteError,
     forget_memory,
@@ -304,7 +305,7 @@ def test_references_resolve_strictly(store, reference, message):
     before = memory_ids(loc)
     with pytest.raises(MemoryWriteError) as exc:
         save_memory(loc, cat, learning="x", entities=["orders", reference])
-    assert exc.value.reference == reference
+    assert exc.value.reference == reference and exc.value.kind == WriteErrorKind.UNRESOLVED
     assert str(exc.value) == f"cannot resolve {reference!r}: {message}"
     assert memory_ids(loc) == before
 
@@ -577,10 +578,11 @@ def test_a_held_lock_times_out_cleanly(yaml_store):
     loc, cat = yaml_store
     with open(loc.path / "memories.lock", "ab") as held:
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)
-        with pytest.raises(MemoryWriteError, match="timed out"):
+        with pytest.raises(MemoryWriteError, match="timed out") as saving:
             save_memory(loc, cat, learning="x", entities=["orders"], lock_timeout=0.2)
-        with pytest.raises(MemoryWriteError, match="timed out"):
+        with pytest.raises(MemoryWriteError, match="timed out") as forgetting:
             forget_memory(loc, cat, "1", lock_timeout=0.2)
+    assert saving.value.kind == forgetting.value.kind == WriteErrorKind.BUSY and saving.value.store_side
     assert "13" not in memory_ids(loc) and "1" in memory_ids(loc)
 
 
@@ -594,8 +596,9 @@ def test_yaml_write_failures_leave_nothing_behind(yaml_store, monkeypatch, targe
     before = {n: (loc.path / "memories" / n).read_bytes() for n in os.listdir(loc.path / "memories")}
     owner, _, name = target.rpartition(".")
     monkeypatch.setattr(getattr(store_files, owner) if owner else store_files, name, _disk_full)
-    with pytest.raises(MemoryWriteError, match=r"No space left on device \(ENOSPC\)"):
+    with pytest.raises(MemoryWriteError, match=r"No space left on device \(ENOSPC\)") as full:
         save_memory(loc, cat, learning="new", entities=["orders"])
+    assert full.value.kind == WriteErrorKind.STORE
     with pytest.raises(MemoryWriteError, match="No space left on device"):
         save_memory(loc, cat, learning="changed", entities=["orders"], id="3")
     monkeypatch.undo()
@@ -609,7 +612,7 @@ def test_yaml_permission_errors(yaml_store, monkeypatch):
     def denied(*_args, **_kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(writer.tempfile, "mkstemp", denied)
+    monkeypatch.setattr(store_files.tempfile, "mkstemp", denied)
     with pytest.raises(MemoryWriteError, match=r"Permission denied \(EACCES\)"):
         save_memory(loc, cat, learning="x", entities=["orders"])
     monkeypatch.undo()

@@ -107,25 +107,22 @@ def test_watch_quiet_ms(monkeypatch, value, expected):
     assert watch_quiet_ms() == expected
 
 
-def test_write_errors_name_the_culprit():
-    import sqlite3
-
+@pytest.mark.parametrize("kind, store_side", [("invalid", False), ("unresolved", False), ("stale", True),
+                                               ("busy", True), ("store", True)])
+def test_write_errors_name_the_culprit(kind, store_side):
+    """The writer's error kind, never its message, decides whose fault a refused write is: -32602
+    for the request, -32803 (RequestFailed) for the store."""
     from lsprotocol import types as t
     from pygls.exceptions import JsonRpcInvalidParams
 
     from slayer_lsp.lsp.server import _write_error
-    from slayer_lsp.writer.memories import MemoryWriteError
+    from slayer_lsp.writer.errors import MemoryWriteError, WriteErrorKind
+    from slayer_lsp.writer.scoped import WriteRefused
 
-    bad = _write_error("slayer/saveMemory", MemoryWriteError("cannot resolve 'x': nope", reference="x"))
-    assert isinstance(bad, JsonRpcInvalidParams) and bad.message == "slayer/saveMemory: cannot resolve 'x': nope"
-    for exc in (MemoryWriteError("timed out after 30s waiting for /s/memories.lock"),
-                MemoryWriteError("no SLayer YAML store at /s")):
-        assert _write_error("m", exc).code == t.LSPErrorCodes.RequestFailed.value
-    try:
-        raise MemoryWriteError("cannot write /s/memories/1.md: Read-only file system (EROFS)") from OSError(30, "ro")
-    except MemoryWriteError as exc:
-        assert _write_error("m", exc).code == t.LSPErrorCodes.RequestFailed.value
-    try:
-        raise MemoryWriteError("database is locked") from sqlite3.OperationalError("locked")
-    except MemoryWriteError as exc:
-        assert _write_error("m", exc).code == t.LSPErrorCodes.RequestFailed.value
+    refused = WriteRefused.of(MemoryWriteError("cannot resolve 'x': nope", kind=WriteErrorKind(kind)))
+    answer = _write_error("slayer/saveMemory", refused)
+    assert answer.message == "slayer/saveMemory: cannot resolve 'x': nope"
+    if store_side:
+        assert answer.code == t.LSPErrorCodes.RequestFailed.value
+    else:
+        assert isinstance(answer, JsonRpcInvalidParams)
