@@ -58,7 +58,7 @@ class Engine:
         """``dense``: "off"; "stored" (rank the vectors already in the store's embeddings table, embed
         nothing but questions: the one-shot CLI); "live" (also embed what is missing or changes, in a
         background worker: the daemon). ``parts``: with the dense channel, also keep the part vectors
-        (facets, ``embed.parts``) in a second worker, ranked by ``search.facets``. ``scope``: what the
+        (facets, ``embed.parts``) in a second worker, ranked by ``search.facet_ranking``. ``scope``: what the
         session may reach (``catalog.scope``); every index and analysis then sees only the reachable
         catalog, and the vectors of anything else are never ranked."""
         self.scope = scope or Scope()
@@ -360,9 +360,9 @@ class Engine:
             state.search.abort_graph()
 
     def search_facets(self, params: object):  # -> SearchFacetsResponse
-        """Rank one kind's entities on several facets at once (``search.facets``); ``params``: a
+        """Rank one kind's entities on several facets at once (``search.facet_ranking``); ``params``: a
         ``SearchFacetsParams`` or a plain dict."""
-        from slayer_lsp.search.facets import SearchFacetsParams, parse_facets_params, search_facets
+        from slayer_lsp.search.facet_ranking import SearchFacetsParams, parse_facets_params, search_facets
 
         p = params if isinstance(params, SearchFacetsParams) else parse_facets_params(params)
         state = self.state

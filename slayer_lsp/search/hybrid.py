@@ -5,8 +5,8 @@ SLayer's ranking fuses the ranks of its channels and stops there. This one score
 1. **Own evidence** of each entity, from every channel that found it: the full-text score (BM25,
    divided by the question's best), the cosine of the dense channel, the name channel (the
    question's stems against the entity's split, abbreviation-expanded name —
-   ``search/names.py``), a sampled value the question names, and a value *shape* it matches
-   (a year -> date columns, a full name -> name columns — ``search/values.py``).
+   ``search/name_stems.py``), a sampled value the question names, and a value *shape* it matches
+   (a year -> date columns, a full name -> name columns — ``search/sampled_values.py``).
 2. **Table routing.** A table scores the mean of its two best leaves plus its own document's
    evidence; a datasource scores its best table. Every entity's final score adds its table's
    and datasource's, so the columns of the table and database the question is about come
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref, rooted_at
-from slayer_lsp.search import names, values
+from slayer_lsp.search import name_stems, sampled_values
 from slayer_lsp.search.lexicon import LEAF_KINDS
 from slayer_lsp.search.types import MAX_RELATED_HOPS, SearchHit
 
@@ -197,8 +197,8 @@ def _hits(catalog: Catalog, indexes: SearchIndexes, req: Request, scored: Iterab
 
 def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request, facet: str) -> list[SearchHit]:
     """``facet``: the question ranks one facet of the entities that declare it, nothing else
-    (``search/facets.py``; the whole surface of several facets at once is ``slayer/searchFacets``)."""
-    from slayer_lsp.search.facets import rank_by_facet
+    (``search/facet_ranking.py``; the whole surface of several facets at once is ``slayer/searchFacets``)."""
+    from slayer_lsp.search.facet_ranking import rank_by_facet
     from slayer_lsp.search.types import SearchError
 
     if not req.has_question:
@@ -213,11 +213,11 @@ def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request, facet
 
 def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed,
               evidence: _MemoryEvidence) -> list[Any]:
-    """The memory side's candidates (``search/memories.py``): pieces, exact tokens, keyword, tags,
+    """The memory side's candidates (``search/memory_ranking.py``): pieces, exact tokens, keyword, tags,
     links — one match per memory, with the channels that found it and the named-record lead."""
     if not allowed.memories_on or not allowed.memory_ids:
         return []
-    from slayer_lsp.search.memories import rank_memories
+    from slayer_lsp.search.memory_ranking import rank_memories
 
     corpus = indexes.tag_corpus(catalog, req.datasource) if req.candidate_ids is None and req.inputs else None
     dense = [*evidence.pieces, *((mid, -1, cos) for mid, cos in evidence.cosine.items())]
@@ -241,7 +241,7 @@ def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches:
     ids = [m.memory_id for m in matches]
     best_piece = max((m.text_score for m in matches), default=0.0) or 1.0
     best_whole = max(evidence.text.values(), default=0.0) or 1.0
-    asked = names.stems(req.question or "") if req.has_question else []
+    asked = name_stems.stems(req.question or "") if req.has_question else []
     terms = indexes.memory_terms_for(catalog)
     coverage = terms.coverage(asked, ids) if asked else {}
     long_notes = {m.memory_id for m in matches if len(_learning(catalog, m.memory_id)) >= LONG_MEMORY_CHARS}
@@ -381,7 +381,7 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
                     sc.own[cid] += W_DENSE * max(cos, 0.0)
 
     lexicon = indexes.lexicon_for(catalog)
-    q_stems = names.stems(question)
+    q_stems = name_stems.stems(question)
     by_name = lexicon.name_scores(q_stems)
     leaf_best = max((s for c, s in by_name.items() if c.count(".") >= 2), default=0.0) or 1.0
     model_best = max((s for c, s in by_name.items() if c.count(".") == 1), default=0.0) or 1.0
@@ -392,7 +392,7 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
     for cid in sorted(lexicon.value_matches(question)):
         if allowed.entity(cid):
             sc.own[cid] += W_VALUE
-    shapes = values.question_shapes(question)
+    shapes = sampled_values.question_shapes(question)
     if shapes:
         for cid in list(sc.own):
             if cid.count(".") >= 2 and shapes & lexicon.shapes_of(cid):

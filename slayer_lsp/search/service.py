@@ -20,7 +20,7 @@ from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref, rooted_at
 from slayer_lsp.query.references import stale_query_warning
 from slayer_lsp.search.fulltext import FullTextIndex
-from slayer_lsp.search.tags import TagCorpus
+from slayer_lsp.search.tag_bm25 import TagCorpus
 from slayer_lsp.search.types import (
     ENTITY_KINDS,
     MAX_QUESTION_CHARS,
