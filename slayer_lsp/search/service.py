@@ -671,7 +671,8 @@ def _apply_cypher(catalog: Catalog, indexes: SearchIndexes, cypher: str | None, 
     from the naive label form."""
     if cypher is None:
         return None, None
-    from slayer_lsp.search.graph import CypherFilterError, parse_label_filter, validate_cypher
+    from slayer_lsp.search.cypher_filter import parse_label_filter, validate_cypher
+    from slayer_lsp.search.cypher_lexer import CypherFilterError
 
     if indexes.graph_enabled:
         try:  # a refused filter is refused before the graph is built for it
