@@ -24,7 +24,7 @@ from slayer_lsp.store.reader import StoreReader
 if TYPE_CHECKING:  # imported where used: the engine starts before search and embedding load
     from slayer_lsp.embed.providers import EmbeddingProvider
     from slayer_lsp.embed.worker import EmbeddingWorker
-    from slayer_lsp.search.service import SearchIndexes
+    from slayer_lsp.search.indexes import SearchIndexes
     from slayer_lsp.search.types import SearchResponse
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class Engine:
     def refresh(self, changed_paths: list[str] | None = None) -> Delta:
         """Re-read the store and bring every index up to date; returns what changed.
         ``changed_paths`` (from a file watcher) lets a YAML store skip its full listing."""
-        from slayer_lsp.search.service import SearchIndexes
+        from slayer_lsp.search.indexes import SearchIndexes
 
         with self._lock:
             t0 = time.perf_counter()
@@ -345,7 +345,7 @@ class Engine:
     def search(self, params: object, cancel: threading.Event | None = None) -> SearchResponse:
         """Run one search on the current state (``params``: a ``SearchParams`` or a plain dict).
         Setting ``cancel`` stops its cypher_filter, if one is running (the request was cancelled)."""
-        from slayer_lsp.search.service import search
+        from slayer_lsp.search.pipeline import search
         from slayer_lsp.search.types import SearchParams, parse_params
 
         p = params if isinstance(params, SearchParams) else parse_params(params)

@@ -45,16 +45,20 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref, rooted_at
 from slayer_lsp.search import name_stems, sampled_values
+from slayer_lsp.search.facet_ranking import rank_by_facet
+from slayer_lsp.search.hits import memory_hit, named_ranking, search_hit
+from slayer_lsp.search.indexes import SearchIndexes
 from slayer_lsp.search.lexicon import LEAF_KINDS
-from slayer_lsp.search.types import MAX_RELATED_HOPS, SearchHit
-
-if TYPE_CHECKING:
-    from slayer_lsp.search.service import Request, SearchIndexes
+from slayer_lsp.search.memory_ranking import MemoryMatch, rank_memories
+from slayer_lsp.search.recency import recency_factor
+from slayer_lsp.search.request import Request
+from slayer_lsp.search.types import MAX_RELATED_HOPS, SearchError, SearchHit
+from slayer_lsp.texts.parts import PIECE_KIND, owner_of, part_of
 
 CANDIDATES = 200  # per channel: deeper ranks carry too little evidence to reach the answer
 MEMORY_CANDIDATES = 100
@@ -117,11 +121,9 @@ class _Scores:
 
 
 def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchHit]:
-    from slayer_lsp.search.service import _named_ranking
-
     if req.params.facet is not None:
         return _facet_ranking(catalog, indexes, req, req.params.facet)
-    named, named_warnings = _named_ranking(catalog, req.inputs, req.datasource, req.candidate_ids)
+    named, named_warnings = named_ranking(catalog, req.inputs, req.datasource, req.candidate_ids)
     req.warnings.extend(named_warnings)
     allowed = _Allowed(catalog, indexes, req)
     sc = _Scores()
@@ -174,19 +176,17 @@ def _hits(catalog: Catalog, indexes: SearchIndexes, req: Request, scored: Iterab
           via: dict[str, str]) -> list[SearchHit]:
     """Hits for (id, score) pairs best first, up to ``max_results``; what may not come back (kind,
     cypher filter, scope) is skipped."""
-    from slayer_lsp.search.service import _hit, _memory_hit
-
     results: list[SearchHit] = []
     for cid, score in scored:
         if is_memory_ref(cid):
             mid = memory_id_of(cid)
             mem = catalog.memory(mid) if req.memory_allowed() and mid in req.scoped_ids else None
-            hit = _memory_hit(mem, score, req.inputs, req.valid, req.params.compact) if mem else None
+            hit = memory_hit(mem, score, req.inputs, req.valid, req.params.compact) if mem else None
             if hit is not None and cid in via:
                 hit.via = via[cid]
         else:
-            hit = _hit(catalog, indexes, cid, score, req.inputs, req.valid, req.candidate_ids,
-                       req.kind_filter, req.params.compact)
+            hit = search_hit(catalog, indexes, cid, score, req.inputs, req.valid, req.candidate_ids,
+                             req.kind_filter, req.params.compact)
         if hit is not None:
             hit.score = round(hit.score, 6)
             results.append(hit)
@@ -198,9 +198,6 @@ def _hits(catalog: Catalog, indexes: SearchIndexes, req: Request, scored: Iterab
 def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request, facet: str) -> list[SearchHit]:
     """``facet``: the question ranks one facet of the entities that declare it, nothing else
     (``search/facet_ranking.py``; the whole surface of several facets at once is ``slayer/searchFacets``)."""
-    from slayer_lsp.search.facet_ranking import rank_by_facet
-    from slayer_lsp.search.types import SearchError
-
     if not req.has_question:
         raise SearchError("facet needs a question to rank by.")
     kinds = sorted(req.kind_filter) if req.kind_filter is not None else None
@@ -212,13 +209,11 @@ def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request, facet
 
 
 def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed,
-              evidence: _MemoryEvidence) -> list[Any]:
+              evidence: _MemoryEvidence) -> list[MemoryMatch]:
     """The memory side's candidates (``search/memory_ranking.py``): pieces, exact tokens, keyword, tags,
     links — one match per memory, with the channels that found it and the named-record lead."""
     if not allowed.memories_on or not allowed.memory_ids:
         return []
-    from slayer_lsp.search.memory_ranking import rank_memories
-
     corpus = indexes.tag_corpus(catalog, req.datasource) if req.candidate_ids is None and req.inputs else None
     dense = [*evidence.pieces, *((mid, -1, cos) for mid, cos in evidence.cosine.items())]
     return rank_memories(
@@ -230,14 +225,12 @@ def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _
         channel_depth=MEMORY_CANDIDATES)
 
 
-def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches: list[Any],
+def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches: list[MemoryMatch],
                 evidence: _MemoryEvidence) -> dict[str, float]:
     """Each matched memory's own evidence in the entities' units (see ``memory_strength``), times
     its recency factor (which only separates near-ties)."""
     if not matches:
         return {}
-    from slayer_lsp.search.recency import recency_factor
-
     ids = [m.memory_id for m in matches]
     best_piece = max((m.text_score for m in matches), default=0.0) or 1.0
     best_whole = max(evidence.text.values(), default=0.0) or 1.0
@@ -289,8 +282,6 @@ def _dense_pieces(indexes: SearchIndexes, req: Request, allowed: _Allowed) -> li
     parts = getattr(worker, "parts", None) if worker is not None else None
     if worker is None or parts is None or not len(parts.index):  # worker None: parts None too
         return []
-    from slayer_lsp.texts.parts import PIECE_KIND, owner_of, part_of
-
     try:
         vec = worker.embed_query(req.question or "")
     except Exception:  # noqa: BLE001 - the dense channel already warned about its provider
