@@ -70,7 +70,17 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from slayer_lsp.catalog.ids import MEMORY_PREFIX
+from slayer_lsp.catalog.ids import (
+    child_id,
+    datasource_of,
+    depth_of,
+    is_leaf_id,
+    is_memory_ref,
+    memory_id_of,
+    memory_ref,
+    model_of,
+    split_canonical,
+)
 from slayer_lsp.search import graph_worker as w
 from slayer_lsp.search.cypher_filter import validate_cypher
 from slayer_lsp.search.cypher_lexer import CypherFilterError
@@ -152,12 +162,10 @@ class _Rows:
 def _unit(canonical: str) -> tuple[str, str]:
     """The unit of the graph an entity belongs to: its memory, its datasource node or its model
     subtree (a model and its leaves are always replaced together)."""
-    if canonical.startswith(MEMORY_PREFIX):
+    if is_memory_ref(canonical):
         return ("memory", canonical)
-    parts = canonical.split(".", 2)
-    if len(parts) == 1:
-        return ("datasource", canonical)
-    return ("model", f"{parts[0]}.{parts[1]}")
+    model = model_of(canonical)
+    return ("datasource", canonical) if model is None else ("model", model)
 
 
 class _View:
@@ -202,17 +210,17 @@ class _View:
 
     def table_of(self, tag: str) -> str | None:
         """The node table holding ``tag`` in this graph, or None (stale, hidden or malformed)."""
-        if tag.startswith(MEMORY_PREFIX):
-            return "Memory" if tag[len(MEMORY_PREFIX):] in self.memories else None
-        parts = tag.split(".")
-        if len(parts) == 1:
+        if is_memory_ref(tag):
+            return "Memory" if memory_id_of(tag) in self.memories else None
+        ds, model, leaf = split_canonical(tag)
+        if model is None:
             return "Datasource" if tag in self.datasources else None
-        mid = f"{parts[0]}.{parts[1]}"
+        mid = child_id(ds, model)
         if mid not in self.models:
             return None
-        if len(parts) == 2:
+        if leaf is None:
             return "Model"
-        return self.leaf_table(mid, parts[2]) if len(parts) == 3 else None
+        return self.leaf_table(mid, leaf) if depth_of(tag) == 2 else None
 
     # Each emitter writes the unit's own nodes and the edges the unit owns: a model owns its leaves,
     # its CONTAINS edges (including the one from its datasource) and its outgoing JOINS; a memory
@@ -227,21 +235,21 @@ class _View:
         model = self.models.get(mid)
         if model is None:
             return
-        ds = mid.split(".", 1)[0]
+        ds = datasource_of(mid)
         rows.node("Model", (mid, model.name, model.description or ""))
         if ds in self.datasources:
             rows.edge("CONTAINS", "Datasource", "Model", (ds, mid))
         for table, name, extra in self.leaves(model):
-            leaf = f"{mid}.{name}"
+            leaf = child_id(mid, name)
             rows.node(table, (leaf, name, *extra))
             rows.edge("CONTAINS", "Model", table, (mid, leaf))
         for join in model.joins:
-            target = f"{ds}.{join.target_model}"
+            target = child_id(ds, join.target_model)
             if target in self.models:
                 rows.edge("JOINS", "Model", "Model", (mid, target, join.cardinality or ""))
 
     def emit_memory(self, ref: str, rows: _Rows) -> None:
-        memory = self.memories.get(ref[len(MEMORY_PREFIX):])
+        memory = self.memories.get(memory_id_of(ref))
         if memory is None:
             return
         rows.node("Memory", (ref, memory.learning or "", memory.description or ""))
@@ -260,7 +268,7 @@ class _View:
         for mid in self.models:
             self.emit_model(mid, rows)
         for memory_id in self.memories:
-            self.emit_memory(MEMORY_PREFIX + memory_id, rows)
+            self.emit_memory(memory_ref(memory_id), rows)
         return rows
 
     def weight(self, kind: str, unit: str) -> int:
@@ -272,7 +280,7 @@ class _View:
             leaves = len(model.columns) + len(model.measures) + len(model.aggregations)
             return 2 + 2 * leaves + len(model.joins)
         if kind == "memory":
-            memory = self.memories.get(unit[len(MEMORY_PREFIX):])
+            memory = self.memories.get(memory_id_of(unit))
             return 1 + (len(memory.entities) if memory is not None else 0)
         return 1 + len(self.catalog.children(unit))
 
@@ -679,18 +687,18 @@ def _unit_rows(view: _View, touched: dict[str, set[str]], memories: list[str], m
         for mid, model in view.models.items():
             if mid in touched["model"]:
                 continue
-            ds = mid.split(".", 1)[0]
+            ds = datasource_of(mid)
             for join in model.joins:
-                target = f"{ds}.{join.target_model}"
+                target = child_id(ds, join.target_model)
                 if target in touched["model"] and target in view.models:
                     rows.edge("JOINS", "Model", "Model", (mid, target, join.cardinality or ""))
     exact = touched["memory"] | touched["datasource"] | touched["model"]
-    below = tuple(mid + "." for mid in models)  # the leaves of a touched model
+    below = frozenset(models)  # the leaves of a touched model
     for memory_id, memory in view.memories.items():
-        ref = MEMORY_PREFIX + memory_id
+        ref = memory_ref(memory_id)
         if ref in touched["memory"]:
             continue
-        into = [tag for tag in memory.entities if tag in exact or tag.startswith(below)]
+        into = [tag for tag in memory.entities if tag in exact or (is_leaf_id(tag) and model_of(tag) in below)]
         if into:
             view.emit_mentions(ref, into, rows)
     return rows

@@ -48,7 +48,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref, rooted_at
+from slayer_lsp.catalog.ids import (
+    datasource_of,
+    is_leaf_id,
+    is_memory_ref,
+    is_model_id,
+    memory_id_of,
+    memory_ref,
+    model_of,
+    parent_of,
+    rooted_at,
+)
 from slayer_lsp.search import name_stems, sampled_values
 from slayer_lsp.search.facet_ranking import rank_by_facet
 from slayer_lsp.search.hits import memory_hit, named_ranking, search_hit
@@ -142,9 +152,9 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     final: dict[str, float] = {}
     tables, dss = sc.table, sc.datasource
     for cid, own in sc.own.items():
-        parts = cid.split(".", 2)
-        table = tables.get(f"{parts[0]}.{parts[1]}", 0.0) if len(parts) > 1 else 0.0
-        final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(parts[0], 0.0)
+        model = model_of(cid)
+        table = tables.get(model, 0.0) if model is not None else 0.0
+        final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(datasource_of(cid), 0.0)
     memory_final: dict[str, float] = {}
     best_own = max(mem_own.values(), default=0.0)
     for m in matches:  # best first: a memory reached by a link alone follows the one it was reached from
@@ -374,11 +384,11 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
     lexicon = indexes.lexicon_for(catalog)
     q_stems = name_stems.stems(question)
     by_name = lexicon.name_scores(q_stems)
-    leaf_best = max((s for c, s in by_name.items() if c.count(".") >= 2), default=0.0) or 1.0
-    model_best = max((s for c, s in by_name.items() if c.count(".") == 1), default=0.0) or 1.0
+    leaf_best = max((s for c, s in by_name.items() if is_leaf_id(c)), default=0.0) or 1.0
+    model_best = max((s for c, s in by_name.items() if is_model_id(c)), default=0.0) or 1.0
     for cid, s in by_name.items():
         if allowed.entity(cid):
-            is_model = cid.count(".") == 1
+            is_model = is_model_id(cid)
             sc.own[cid] += (W_TABLE_NAME / model_best if is_model else W_NAME / leaf_best) * s
     for cid in sorted(lexicon.value_matches(question)):
         if allowed.entity(cid):
@@ -386,7 +396,7 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
     shapes = sampled_values.question_shapes(question)
     if shapes:
         for cid in list(sc.own):
-            if cid.count(".") >= 2 and shapes & lexicon.shapes_of(cid):
+            if is_leaf_id(cid) and shapes & lexicon.shapes_of(cid):
                 sc.own[cid] += W_SHAPE * len(shapes & lexicon.shapes_of(cid))
 
 
@@ -406,7 +416,7 @@ def _memory_evidence(catalog: Catalog, mem_own: dict[str, float], sc: _Scores,
         if mem is None or score < EVIDENCE_MEMORY_RATIO * best:
             continue
         for tag in mem.entities:
-            if not is_memory_ref(tag) and allowed.entity(tag) and (not routed or tag.split(".", 1)[0] in routed):
+            if not is_memory_ref(tag) and allowed.entity(tag) and (not routed or datasource_of(tag) in routed):
                 sc.own[tag] += W_MEMORY_EVIDENCE * score
                 lent.setdefault(mid, []).append(tag)
     return lent
@@ -417,18 +427,18 @@ def _route(sc: _Scores) -> None:
     leaves: dict[str, list[float]] = defaultdict(list)
     tables: set[str] = set()
     for cid, own in sc.own.items():
-        table, dot, _ = cid.rpartition(".")
-        if not dot:
+        parent = parent_of(cid)
+        if parent is None:
             continue  # a datasource
-        if "." in table:
-            leaves[table].append(own)
-        else:
+        if is_model_id(cid):
             tables.add(cid)
+        else:
+            leaves[parent].append(own)
     for table in sorted(tables.union(leaves)):  # sorted: float sums never follow the hash seed
         best = sorted(leaves.get(table, ()), reverse=True)[:TABLE_LEAVES]
         sc.table[table] = sum(best) / TABLE_LEAVES + 0.5 * sc.own.get(table, 0.0)
     for table, score in sc.table.items():
-        ds = table.partition(".")[0]
+        ds = datasource_of(table)
         if score > sc.datasource[ds]:
             sc.datasource[ds] = score
 
@@ -447,12 +457,12 @@ def _memory_routing(catalog: Catalog, mid: str, sc: _Scores, share: float) -> fl
         if is_memory_ref(tag):
             continue
         tagged = True
-        parts = tag.split(".", 2)
-        ds = max(ds, sc.datasource.get(parts[0], 0.0))
-        if len(parts) > 1:
-            table = max(table, sc.table.get(f"{parts[0]}.{parts[1]}", 0.0))
+        ds = max(ds, sc.datasource.get(datasource_of(tag), 0.0))
+        model = model_of(tag)
+        if model is not None:
+            table = max(table, sc.table.get(model, 0.0))
         else:
-            table = max(table, sc.datasource.get(parts[0], 0.0))  # a datasource scores its best table
+            table = max(table, sc.datasource.get(datasource_of(tag), 0.0))  # a datasource scores its best table
     if not tagged:
         table = share * max(sc.table.values(), default=0.0)
         ds = share * max(sc.datasource.values(), default=0.0)
@@ -461,12 +471,12 @@ def _memory_routing(catalog: Catalog, mid: str, sc: _Scores, share: float) -> fl
 
 def _complete_joins(catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final: dict[str, float],
                     allowed: _Allowed) -> None:
-    leaves = heapq.nlargest(JOIN_AFTER, (c for c in final if c.count(".") >= 2 and not is_memory_ref(c)
-                                         and catalog.kind_of(c) in LEAF_KINDS), key=lambda c: (final[c], c))
+    leaves = heapq.nlargest(JOIN_AFTER, (c for c in final if is_leaf_id(c) and catalog.kind_of(c) in LEAF_KINDS),
+                            key=lambda c: (final[c], c))
     if not leaves:
         return
-    best_ds = leaves[0].split(".", 1)[0]
-    tables = sorted((t for t in sc.table if t.startswith(best_ds + ".")), key=lambda t: (-sc.table[t], t))
+    best_ds = datasource_of(leaves[0])
+    tables = sorted((t for t in sc.table if rooted_at(t, best_ds)), key=lambda t: (-sc.table[t], t))
     if not tables:
         return
     chosen = [t for t in tables[:JOIN_TABLES] if sc.table[t] >= JOIN_TABLE_RATIO * sc.table[tables[0]]]

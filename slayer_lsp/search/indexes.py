@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from slayer_lsp.catalog import Catalog, Delta
-from slayer_lsp.catalog.ids import is_memory_ref
+from slayer_lsp.catalog.ids import datasource_of, is_model_id
 from slayer_lsp.search import scope
 from slayer_lsp.search.fulltext import FullTextIndex
 from slayer_lsp.search.graph import GraphIndex
@@ -91,8 +91,8 @@ class SearchIndexes:
         with self._lock:
             touched = set(delta.touched)
             for cid in delta.touched:  # a datasource document lists its models
-                if not is_memory_ref(cid) and cid.count(".") == 1:
-                    touched.add(cid.split(".", 1)[0])
+                if is_model_id(cid):
+                    touched.add(datasource_of(cid))
             docs = dict(self.docs)
             upserts: list[render.RenderedDoc] = []
             removals: list[str] = []

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from slayer_lsp.catalog import Catalog, Delta
-from slayer_lsp.catalog.ids import is_memory_ref
+from slayer_lsp.catalog.ids import child_id, is_memory_ref
 from slayer_lsp.search import name_stems, sampled_values
 
 LEAF_KINDS = ("column", "measure", "aggregation")
@@ -146,9 +146,9 @@ def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
         for j in obj.joins or []:
             if not j.join_pairs:
                 continue
-            other = f"{obj.data_source}.{j.target_model}"
+            other = child_id(obj.data_source, j.target_model)
             here, there = j.join_pairs[0]
-            k_here, k_there = f"{ent.canonical}.{here}", f"{other}.{there}"
+            k_here, k_there = child_id(ent.canonical, here), child_id(other, there)
             if k_here in catalog.entities and k_there in catalog.entities:
                 joins.append((other, k_here, k_there))
         return ent.canonical, tuple(model_stems), frozenset(), frozenset(), tuple(joins)

@@ -124,7 +124,7 @@ def _text_ranking(index: FullTextIndex, query, *, memories: bool, allow, exact: 
     limit = min(full, depth)
     ranked = index.ranked_ids(query, memories=memories, limit=limit, allow=allow) if query is not None else []
     fetched = len(ranked)
-    lead = [c for c in exact if (c.startswith("memory:") == memories) and (allow is None or c in allow)]
+    lead = [c for c in exact if (is_memory_ref(c) == memories) and (allow is None or c in allow)]
     if lead:
         ranked = lead + [c for c in ranked if c not in lead]
     if not fetched == limit < full:

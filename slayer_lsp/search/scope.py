@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, rooted_at
+from slayer_lsp.catalog.ids import datasource_of, is_memory_ref, memory_id_of, rooted_at
 from slayer_lsp.store import documents as d
 
 
@@ -21,7 +21,7 @@ def doc_scopes(catalog: Catalog, canonical: str) -> set[str]:
         if mem is None:
             return set()
         return {ds for ds in catalog.datasources if any(rooted_at(t, ds) for t in mem.entities)}
-    return {canonical.split(".", 1)[0]}
+    return {datasource_of(canonical)}
 
 
 def scoped_memories(catalog: Catalog, datasource: str | None) -> list[d.Memory]:
