@@ -41,7 +41,7 @@ skipped). Printed per scope and ranking, over the questions with gold columns:
 * column R@5 +tags: recall of the top-5 column hits together with the tags of the top-5 memories
   (a set of 5 columns plus ``added`` more on average), i.e. what an agent reading the memories'
   tags would add;
-* two reference rows for the memory side alone: ``rank_memories`` (``search/memories.py`` called
+* two reference rows for the memory side alone: ``rank_memories`` (``search/memory_ranking.py`` called
   directly: pieces, exact tokens, recency) and ``chance`` (the expected figures of 5 memories
   drawn at random from the scope).
 """
@@ -313,10 +313,10 @@ class EvidenceStore:
 
 def _piece_ranking(folds: list[EvidenceStore], questions: list[Question], gold: GoldMap,
                    scope: str) -> list[list[str]]:
-    """Top-5 memory ids per question from ``search.memories.rank_memories`` (pieces, exact
+    """Top-5 memory ids per question from ``search.memory_ranking.rank_memories`` (pieces, exact
     tokens, recency) on the question's fold store, scoped like the engine's search."""
     from slayer_lsp.catalog import load_catalog
-    from slayer_lsp.search.memories import rank_memories
+    from slayer_lsp.search.memory_ranking import rank_memories
     from slayer_lsp.search.piece_index import MemoryPieceIndex
 
     out: list[list[str]] = [[] for _ in questions]

@@ -24,7 +24,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 def types() -> dict[str, tuple[str, type]]:
     """File stem -> (title, msgspec type), for each method's params and result."""
     from slayer_lsp import protocol_types as p
-    from slayer_lsp.search.facets import SearchFacetsParams, SearchFacetsResponse
+    from slayer_lsp.search.facet_ranking import SearchFacetsParams, SearchFacetsResponse
     from slayer_lsp.search.types import SearchParams, SearchResponse
 
     return {

@@ -24,7 +24,7 @@ from slayer_lsp.store.reader import StoreReader
 if TYPE_CHECKING:  # imported where used: the engine starts before search and embedding load
     from slayer_lsp.embed.providers import EmbeddingProvider
     from slayer_lsp.embed.worker import EmbeddingWorker
-    from slayer_lsp.search.service import SearchIndexes
+    from slayer_lsp.search.indexes import SearchIndexes
     from slayer_lsp.search.types import SearchResponse
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class Engine:
         """``dense``: "off"; "stored" (rank the vectors already in the store's embeddings table, embed
         nothing but questions: the one-shot CLI); "live" (also embed what is missing or changes, in a
         background worker: the daemon). ``parts``: with the dense channel, also keep the part vectors
-        (facets, ``embed.parts``) in a second worker, ranked by ``search.facets``. ``scope``: what the
+        (facets, ``embed.parts``) in a second worker, ranked by ``search.facet_ranking``. ``scope``: what the
         session may reach (``catalog.scope``); every index and analysis then sees only the reachable
         catalog, and the vectors of anything else are never ranked."""
         self.scope = scope or Scope()
@@ -105,7 +105,7 @@ class Engine:
     def refresh(self, changed_paths: list[str] | None = None) -> Delta:
         """Re-read the store and bring every index up to date; returns what changed.
         ``changed_paths`` (from a file watcher) lets a YAML store skip its full listing."""
-        from slayer_lsp.search.service import SearchIndexes
+        from slayer_lsp.search.indexes import SearchIndexes
 
         with self._lock:
             t0 = time.perf_counter()
@@ -345,7 +345,7 @@ class Engine:
     def search(self, params: object, cancel: threading.Event | None = None) -> SearchResponse:
         """Run one search on the current state (``params``: a ``SearchParams`` or a plain dict).
         Setting ``cancel`` stops its cypher_filter, if one is running (the request was cancelled)."""
-        from slayer_lsp.search.service import search
+        from slayer_lsp.search.pipeline import search
         from slayer_lsp.search.types import SearchParams, parse_params
 
         p = params if isinstance(params, SearchParams) else parse_params(params)
@@ -360,9 +360,9 @@ class Engine:
             state.search.abort_graph()
 
     def search_facets(self, params: object):  # -> SearchFacetsResponse
-        """Rank one kind's entities on several facets at once (``search.facets``); ``params``: a
+        """Rank one kind's entities on several facets at once (``search.facet_ranking``); ``params``: a
         ``SearchFacetsParams`` or a plain dict."""
-        from slayer_lsp.search.facets import SearchFacetsParams, parse_facets_params, search_facets
+        from slayer_lsp.search.facet_ranking import SearchFacetsParams, parse_facets_params, search_facets
 
         p = params if isinstance(params, SearchFacetsParams) else parse_facets_params(params)
         state = self.state

@@ -143,12 +143,12 @@ def test_graph_catches_up_lazily(store):
 @pytest.mark.parametrize("first_depth", [1, 2, 5])
 def test_shallow_fetch_gives_the_full_answer(monkeypatch, first_depth):
     """Rankings fetched shallow first must answer exactly as rankings fetched in full."""
-    from slayer_lsp.search import service
+    from slayer_lsp.search import rrf
 
     engine = Engine(YAML_STORE)
     calls = [{**c, "max_results": n} for c in CALLS if c.get("question") for n in (1, 3, 10, 40)]
     calls += [{"question": q, "max_results": 5} for q in ("order", "customer city", "tax paid", "name", "supply")]
-    monkeypatch.setattr(service, "_initial_depth", lambda n: service.TEXT_DEPTH)
+    monkeypatch.setattr(rrf, "initial_depth", lambda n: rrf.TEXT_DEPTH)
     full = [msgspec.to_builtins(engine.search(c)) for c in calls]
-    monkeypatch.setattr(service, "_initial_depth", lambda n: first_depth)
+    monkeypatch.setattr(rrf, "initial_depth", lambda n: first_depth)
     assert [msgspec.to_builtins(engine.search(c)) for c in calls] == full

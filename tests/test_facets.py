@@ -19,7 +19,7 @@ from slayer_lsp.embed.providers import FakeProvider
 from slayer_lsp.embed.store import SLAYER_KINDS, NewVector, VectorStore
 from slayer_lsp.embed.worker import EmbeddingWorker
 from slayer_lsp.engine import Engine
-from slayer_lsp.search.facets import (
+from slayer_lsp.search.facet_ranking import (
     SearchFacetsParams,
     facet_kinds,
     parse_facets_params,

@@ -18,8 +18,11 @@ from hypothesis import strategies as st
 
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import memory_ref
+from slayer_lsp.search import cypher_filter
 from slayer_lsp.search import graph as G
-from slayer_lsp.search.graph import CypherFilterError, GraphIndex, parse_label_filter, validate_cypher
+from slayer_lsp.search.cypher_filter import parse_label_filter, validate_cypher
+from slayer_lsp.search.cypher_lexer import CypherFilterError
+from slayer_lsp.search.graph import GraphIndex
 from slayer_lsp.store.reader import StoreReader
 
 REPO = Path(__file__).resolve().parents[1]
@@ -208,7 +211,7 @@ def test_accepted_filters_never_write(graph, fragments):
     ("MATCH (n:Model) /* RETURN n.id AS id", "unterminated /\\* comment"),
     ("MATCH (n:Table) RETURN n.id AS id", "unknown node label 'Table'"),
     ("MATCH (a:Model)-[:LINKS]->(b) RETURN a.id AS id", "unknown relationship type 'LINKS'"),
-    ("MATCH (n:Model) RETURN n.id AS id " + "/*" + "x" * G.MAX_CYPHER_CHARS + "*/", "characters long"),
+    ("MATCH (n:Model) RETURN n.id AS id " + "/*" + "x" * cypher_filter.MAX_CYPHER_CHARS + "*/", "characters long"),
 ])
 def test_malformed_filters_are_refused(text, message):
     with pytest.raises(CypherFilterError, match=message):
@@ -239,7 +242,7 @@ def test_open_paths_are_capped(graph, yaml_catalog, path, capped):
 
 
 def test_paths_beyond_the_limit_are_refused():
-    over = G.MAX_PATH_HOPS + 1
+    over = cypher_filter.MAX_PATH_HOPS + 1
     for path in (f"*1..{over}", f"*{over}", f"*{over}..", f"*..{over}"):
         with pytest.raises(CypherFilterError, match="exceeds the limit"):
             validate_cypher(f"MATCH (a:Model)-[:JOINS{path}]->(b) RETURN b.id AS id")

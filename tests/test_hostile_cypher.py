@@ -26,8 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from slayer_lsp.search import cypher_filter
 from slayer_lsp.search import graph as G
-from slayer_lsp.search.graph import CypherFilterError, GraphIndex, validate_cypher
+from slayer_lsp.search.cypher_filter import validate_cypher
+from slayer_lsp.search.cypher_lexer import CypherFilterError
+from slayer_lsp.search.graph import GraphIndex
 from slayer_lsp.search.types import SearchError
 from tests import watchdog
 from tests.conftest import YAML_STORE
@@ -116,8 +119,8 @@ def _alive(pid: int) -> bool:
 
 def _bypass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let the known amplifiers through the allowlist: the child alone must stop them."""
-    monkeypatch.setattr(G, "ALLOWED_FUNCTIONS",
-                        G.ALLOWED_FUNCTIONS | {"REPLACE", "REGEXP_REPLACE", "LIST_CONCAT", "LEVENSHTEIN"})
+    monkeypatch.setattr(cypher_filter, "ALLOWED_FUNCTIONS",
+                        cypher_filter.ALLOWED_FUNCTIONS | {"REPLACE", "REGEXP_REPLACE", "LIST_CONCAT", "LEVENSHTEIN"})
 
 
 # --------------------------------------------------------------------------- the allowlist
@@ -130,7 +133,7 @@ def test_amplifiers_are_refused_by_name(name):
         validate_cypher(cypher)
     message = str(err.value)
     assert f"may not call {function}()" in message
-    assert G.ALLOWED_FUNCTIONS_DOC in message and "starts_with" in message  # where the list is, and the list
+    assert cypher_filter.ALLOWED_FUNCTIONS_DOC in message and "starts_with" in message  # where the list is, and the list
 
 
 @pytest.mark.parametrize("text, function", [

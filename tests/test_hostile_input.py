@@ -207,7 +207,8 @@ def test_cypher_filter_explosions_are_bounded(sandbox, name, cypher, limit):
     """What validation cannot see is stopped while it runs: rows past MAX_FILTER_ROWS, or the query
     deadline (a short one here), each with a message saying which."""
     from slayer_lsp.catalog import load_catalog
-    from slayer_lsp.search.graph import MAX_FILTER_ROWS, CypherFilterError, GraphIndex
+    from slayer_lsp.search.cypher_lexer import CypherFilterError
+    from slayer_lsp.search.graph import MAX_FILTER_ROWS, GraphIndex
 
     with GraphIndex.build(load_catalog(sandbox.store)) as graph:
         with pytest.raises(CypherFilterError) as err:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from slayer_lsp.engine import Engine
-from slayer_lsp.search import names, values
+from slayer_lsp.search import name_stems, sampled_values
 from slayer_lsp.search.types import SearchError
 
 
@@ -87,13 +87,13 @@ def columns(engine: Engine, question: str, **params) -> list[str]:  # noqa: ANN0
     ("CDSCode", "CDS Code"), ("buildUpPlaySpeed", "build Up Play Speed"), ("plain", "plain"),
 ])
 def test_identifiers_split_as_read(name, split):
-    assert names.split_identifier(name) == split
+    assert name_stems.split_identifier(name) == split
 
 
 def test_abbreviations_expand_from_the_entitys_own_prose():
-    got = names.name_stems("AvgScrMath", None, "Average score in Math")
+    got = name_stems.name_stems("AvgScrMath", None, "Average score in Math")
     assert {"averag", "score", "math"} <= set(got)
-    assert "score" not in names.name_stems("AvgScrMath", None, None)  # nothing to expand from
+    assert "score" not in name_stems.name_stems("AvgScrMath", None, None)  # nothing to expand from
 
 
 @pytest.mark.parametrize("question, shapes", [
@@ -101,7 +101,7 @@ def test_abbreviations_expand_from_the_entitys_own_prose():
     ("How many schools are there?", set()), ("Alameda schools", set()),  # one capitalised word at the start
 ])
 def test_question_shapes(question, shapes):
-    assert values.question_shapes(question) == shapes
+    assert sampled_values.question_shapes(question) == shapes
 
 
 # --------------------------------------------------------------------------- through search

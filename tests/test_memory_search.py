@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from slayer_lsp.catalog import Catalog, Delta, load_catalog
 from slayer_lsp.search import recency
-from slayer_lsp.search.memories import MemoryMatch, rank_memories
+from slayer_lsp.search.exact_tokens import LiteralIndex, extract_tokens
+from slayer_lsp.search.memory_ranking import MemoryMatch, rank_memories
 from slayer_lsp.search.piece_index import MemoryPieceIndex
-from slayer_lsp.search.tokens import LiteralIndex, extract_tokens
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.reader import StoreReader
 from slayer_lsp.texts.pieces import MAX_PIECE_CHARS, piece_texts, split_pieces

@@ -40,3 +40,37 @@ def parent_of(canonical: str) -> str | None:
     if is_memory_ref(canonical) or "." not in canonical:
         return None
     return canonical.rsplit(".", 1)[0]
+
+
+def child_id(parent: str, name: str) -> str:
+    """The id of ``name`` under ``parent``: ``ds`` + ``orders`` -> ``ds.orders``, and
+    ``ds.orders`` + ``amount`` -> ``ds.orders.amount``."""
+    return f"{parent}.{name}"
+
+
+def datasource_of(canonical: str) -> str:
+    """The datasource an entity id is rooted at (a datasource's id is its own)."""
+    return canonical.split(".", 1)[0]
+
+
+def model_of(canonical: str) -> str | None:
+    """``ds.model`` of a model or leaf id; None for a datasource id or a memory ref."""
+    if is_memory_ref(canonical):
+        return None
+    ds, model, _ = split_canonical(canonical)
+    return None if model is None else child_id(ds, model)
+
+
+def depth_of(canonical: str) -> int:
+    """0 for a datasource id, 1 for a model, 2 for a leaf; more only when a name holds a dot (a tag
+    SLayer's graph does not resolve)."""
+    return canonical.count(".")
+
+
+def is_model_id(canonical: str) -> bool:
+    return not is_memory_ref(canonical) and depth_of(canonical) == 1
+
+
+def is_leaf_id(canonical: str) -> bool:
+    """A column, measure or aggregation id (``ds.model.leaf``)."""
+    return not is_memory_ref(canonical) and depth_of(canonical) >= 2

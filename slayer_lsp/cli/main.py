@@ -199,7 +199,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_search_facets(args: argparse.Namespace) -> int:
-    from slayer_lsp.search.facets import SearchFacetsParams
+    from slayer_lsp.search.facet_ranking import SearchFacetsParams
     from slayer_lsp.search.types import SearchError
 
     queries: dict[str, str] = {}

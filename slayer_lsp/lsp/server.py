@@ -1425,7 +1425,7 @@ async def do_search(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
 async def do_search_facets(ls: SlayerLanguageServer, params: Any) -> dict[str, Any]:
     import msgspec
 
-    from slayer_lsp.search.facets import parse_facets_params
+    from slayer_lsp.search.facet_ranking import parse_facets_params
     from slayer_lsp.search.types import SearchError
 
     method = "slayer/searchFacets"

@@ -15,7 +15,7 @@ import msgspec
 
 from slayer_lsp import protocol_types as p
 from slayer_lsp.analysis.inspect import InspectItem
-from slayer_lsp.search.facets import SearchFacetsParams, SearchFacetsResponse
+from slayer_lsp.search.facet_ranking import SearchFacetsParams, SearchFacetsResponse
 from slayer_lsp.search.types import SearchParams, SearchResponse
 
 MAX_INSPECT_REFS = 1000  # references per inspect call, as slayer/inspect

@@ -21,13 +21,14 @@ from pathlib import Path
 
 import tantivy
 
+from slayer_lsp.catalog.ids import MEMORY_PREFIX
 from slayer_lsp.search.fastfields import u64_values
 from slayer_lsp.texts.render import RenderedDoc
 
 log = logging.getLogger(__name__)
 
 # Canonical-looking tokens in a question: dotted identifiers and memory refs.
-_CANONICAL_TOKEN = re.compile(r"memory:[^\s,;()\"'`]+|[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*){0,2}")
+_CANONICAL_TOKEN = re.compile(re.escape(MEMORY_PREFIX) + r"[^\s,;()\"'`]+|[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*){0,2}")
 _UNSAFE_CHARS = re.compile(r"[^\w\s.-]+")
 
 

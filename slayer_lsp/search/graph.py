@@ -9,9 +9,10 @@ the graph is made, kept and guarded:
   statement per node and edge, which is what makes SLayer's build take seconds;
 * it follows the catalog: ``apply(catalog, delta)`` replaces only the nodes and edges of the touched
   canonical ids and rebuilds only when that is cheaper;
-* the query is checked by a small lexer that knows Cypher's strings, comments and quoted names, so a
-  word inside a literal never trips the checks and a keyword outside one always does; it may call
-  only the functions in ``ALLOWED_FUNCTIONS`` (anything else is refused, naming the function);
+* the query is checked first (``cypher_filter.py``, on the tokens of ``cypher_lexer.py``, which knows
+  Cypher's strings, comments and quoted names, so a word inside a literal never trips the checks
+  and a keyword outside one always does); it may call only the functions in ``ALLOWED_FUNCTIONS``
+  (anything else is refused, naming the function);
 * the database lives in a child process (``slayer_lsp.search.graph_worker``) under hard limits.
   A filter is code, and some code runs away where no text check can see it coming: a value grown
   by ``replace`` chained through ``WITH``, a cartesian product, an engine function that never looks
@@ -21,7 +22,7 @@ the graph is made, kept and guarded:
   fresh child, rebuilt from the current catalog, and waits only for that rebuild. The daemon's
   memory never grows with a filter: all it gets back is a bounded list of ids.
 
-Limits (named below):
+Limits (named below; the last three, on the text of a filter, in ``cypher_filter.py``):
 
 ======================================  =====================================================
 ``DEFAULT_TIMEOUT_S`` = 10 s            wall clock of a filter, waiting for a busy graph
@@ -56,7 +57,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import select
 import subprocess
 import sys
@@ -66,12 +66,24 @@ import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from slayer_lsp.catalog.ids import MEMORY_PREFIX
+from slayer_lsp.catalog.ids import (
+    child_id,
+    datasource_of,
+    depth_of,
+    is_leaf_id,
+    is_memory_ref,
+    memory_id_of,
+    memory_ref,
+    model_of,
+    split_canonical,
+)
 from slayer_lsp.search import graph_worker as w
+from slayer_lsp.search.cypher_filter import validate_cypher
+from slayer_lsp.search.cypher_lexer import CypherFilterError
 
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog, Delta
@@ -79,11 +91,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_CYPHER_CHARS = 10_000
-#: Variable-length paths get at most this many hops; an open upper bound is capped to it. The
-#: graph is shallow (CONTAINS is two levels deep) and enumerating long JOINS or MENTIONS walks grows
-#: exponentially, so a larger bound only buys a timeout.
-MAX_PATH_HOPS = 10
 DEFAULT_TIMEOUT_S = 10.0
 #: The engine stops a query at its timeout when it checks; the daemon kills the child this much
 #: later whatever the engine does.
@@ -113,67 +120,9 @@ START_TIMEOUT_S = 30.0
 BUILD_TIMEOUT_S = 120.0
 #: How often the daemon looks at a working child (cancel, deadline, resident memory).
 WATCH_INTERVAL_S = 0.05
-#: Where the functions a filter may call are listed for users.
-ALLOWED_FUNCTIONS_DOC = "protocol/README.md (cypher_filter)"
-#: The functions a filter may call: what selecting catalog entities needs (string tests and case,
-#: null handling, labels and paths, list membership, aggregation). Everything else -- functions
-#: that build values of any size (repeat, lpad, replace, regexp_replace, list_concat, range...),
-#: run in more than linear time (levenshtein, list_sort...), read files or settings -- is refused.
-ALLOWED_FUNCTIONS = frozenset({
-    # strings (linear in their input)
-    "LOWER", "UPPER", "TOLOWER", "TOUPPER", "LCASE", "UCASE", "TRIM", "LTRIM", "RTRIM", "SIZE",
-    "STARTS_WITH", "ENDS_WITH", "CONTAINS", "PREFIX", "SUFFIX", "SUBSTRING", "SUBSTR", "LEFT", "RIGHT",
-    "SPLIT_PART", "REGEXP_MATCHES", "REGEXP_FULL_MATCH", "CONCAT", "STRING", "TO_STRING", "CAST",
-    # nulls
-    "COALESCE", "IFNULL", "NULLIF",
-    # nodes, relationships, paths
-    "ID", "LABEL", "LABELS", "NODES", "RELS", "RELATIONSHIPS", "PROPERTIES", "START_NODE", "END_NODE",
-    "LENGTH", "IS_TRAIL", "IS_ACYCLIC",
-    # lists: membership and picking
-    "LIST_CONTAINS", "LIST_HAS", "ARRAY_CONTAINS", "ARRAY_HAS", "LIST_HAS_ANY", "LIST_HAS_ALL",
-    "LIST_ELEMENT", "LIST_EXTRACT", "LIST_POSITION", "LIST_INDEXOF", "LIST_DISTINCT", "LIST_UNIQUE",
-    "LIST_MIN", "LIST_MAX", "ALL", "ANY", "NONE", "SINGLE",
-    # aggregation
-    "COUNT", "COLLECT", "MIN", "MAX", "SUM", "AVG",
-})
-#: Words followed by '(' that are syntax, not calls (``WHERE (a)-->(b)``, ``NOT (x)``, ...).
-_NOT_CALLS = frozenset({
-    "MATCH", "OPTIONAL", "WHERE", "AND", "OR", "XOR", "NOT", "RETURN", "WITH", "UNWIND", "IN", "AS",
-    "DISTINCT", "CASE", "WHEN", "THEN", "ELSE", "END", "ORDER", "BY", "SKIP", "LIMIT", "UNION", "IS",
-    "STARTS", "ENDS", "ASC", "DESC", "ASCENDING", "DESCENDING", "EXISTS", "NULL", "TRUE", "FALSE",
-})
-#: Concatenations multiply what they are fed when chained through WITH (``WITH a + a AS a`` thirty
-#: times is 2**30 times the input). A clause with c of them (``+`` or concat()) grows a value at most
-#: c + 1 fold; the product over the filter's clauses may not exceed ``MAX_GROWTH``.
-CONCAT_FUNCTIONS = frozenset({"CONCAT"})
-MAX_GROWTH = 64
-
-# Clause and statement keywords that write, read files, load code or manage transactions.
-FORBIDDEN_KEYWORDS = frozenset({
-    "CREATE", "MERGE", "DELETE", "DETACH", "SET", "REMOVE", "DROP", "CALL", "LOAD", "COPY", "ATTACH",
-    "INSTALL", "UNINSTALL", "EXPORT", "IMPORT", "USE", "ALTER", "CHECKPOINT", "BEGIN", "COMMIT",
-    "ROLLBACK",
-})
-
-# Label spelling (lower case) -> node table. ``Column`` is a reserved word in LadybugDB, hence the
-# table name ModelColumn; the short spelling is accepted and rewritten.
-NODE_LABELS = {
-    "memory": "Memory", "datasource": "Datasource", "model": "Model", "modelcolumn": "ModelColumn",
-    "column": "ModelColumn", "measure": "Measure", "aggregation": "Aggregation",
-}
-REL_TYPES = {"mentions": "MENTIONS", "contains": "CONTAINS", "joins": "JOINS"}
-TABLE_KINDS = {
-    "Memory": "memory", "Datasource": "datasource", "Model": "model", "ModelColumn": "column",
-    "Measure": "measure", "Aggregation": "aggregation",
-}
-
 # An update whose touched units weigh (in rows) more than this share of the graph is replaced by a
 # rebuild: deleting and re-linking costs two to three times as much per row as a bulk load.
 _REBUILD_SHARE = 0.3
-
-
-class CypherFilterError(ValueError):
-    """A cypher_filter that is unsafe, malformed, failed or timed out; the message says which."""
 
 
 class GraphUnavailableError(ImportError):
@@ -188,238 +137,6 @@ def is_available() -> bool:
     except Exception:  # noqa: BLE001 - a broken native library is as unavailable as a missing one
         return False
     return True
-
-
-# --------------------------------------------------------------------------- lexing and validation
-
-
-class _Tok(NamedTuple):
-    kind: str  # ws, comment, string, qident, number, ident, op
-    text: str
-    start: int
-    end: int
-
-
-# Comments, strings and quoted names follow LadybugDB's own grammar exactly (a line comment also
-# ends at a carriage return; in a block comment a '*' swallows the next character, so '**/' does
-# not close it; only the listed escapes exist): wherever this lexer sees a literal the engine sees
-# the same one, so nothing the checks skip can be code to the engine.
-_ESCAPE = r"""\\(?:[\\'"bBfFnNrRtT]|[xX][0-9a-fA-F]{2}|[uU][0-9a-fA-F]{4}(?:[0-9a-fA-F]{4})?)"""
-_TOKEN_RE = re.compile(
-    r"""
-    (?P<ws>\s+)
-  | (?P<comment>//[^\r\n]*|/\*(?:[^*]|\*[^/])*\*/)
-  | (?P<string>'(?:[^'\\]|ESC)*'|"(?:[^"\\]|ESC)*")
-  | (?P<qident>`(?:[^`]|``)*`)
-  | (?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
-  | (?P<ident>[^\W\d]\w*)
-  | (?P<op>\.\.|<-|->|\S)
-    """.replace("ESC", _ESCAPE),
-    re.VERBOSE | re.DOTALL,
-)
-_UNTERMINATED = {"'": "string literal (or a bad escape)", '"': "string literal (or a bad escape)",
-                 "`": "quoted name"}
-_PATH_WORDS = frozenset({"SHORTEST", "ALL", "TRAIL", "ACYCLIC"})
-
-
-def _lex(text: str) -> Iterator[_Tok]:
-    pos, n = 0, len(text)
-    while pos < n:
-        m = _TOKEN_RE.match(text, pos)
-        assert m is not None and m.lastgroup is not None  # the op branch matches any non-space
-        kind, tok = m.lastgroup, m.group()
-        if kind == "op":
-            if tok in _UNTERMINATED:
-                raise CypherFilterError(f"cypher_filter has an unterminated {_UNTERMINATED[tok]} at offset {pos}.")
-            if tok == "/" and text.startswith("/*", pos):
-                raise CypherFilterError(f"cypher_filter has an unterminated /* comment at offset {pos}.")
-        yield _Tok(kind, tok, pos, m.end())
-        pos = m.end()
-
-
-def _significant(text: str) -> list[_Tok]:
-    return [t for t in _lex(text) if t.kind not in ("ws", "comment")]
-
-
-def _name(tok: _Tok) -> str:
-    return tok.text[1:-1].replace("``", "`") if tok.kind == "qident" else tok.text
-
-
-def validate_cypher(text: str) -> str:
-    """Check that ``text`` is one read-only ``MATCH ... RETURN ... AS id`` statement and return the
-    text to run: labels spelled for LadybugDB (``Column`` -> ``ModelColumn``) and open-ended
-    variable-length paths capped at ``MAX_PATH_HOPS``. Raises ``CypherFilterError``."""
-    if not isinstance(text, str):
-        raise CypherFilterError(f"cypher_filter must be a string, not {type(text).__name__}.")
-    if len(text) > MAX_CYPHER_CHARS:
-        raise CypherFilterError(
-            f"cypher_filter is {len(text)} characters long; the limit is {MAX_CYPHER_CHARS}.")
-    toks = _significant(text)
-    if not toks:
-        raise CypherFilterError("cypher_filter is empty; expected 'MATCH ... RETURN n.id AS id'.")
-    if toks[0].kind != "ident" or toks[0].text.upper() != "MATCH":
-        raise CypherFilterError(
-            "cypher_filter must start with MATCH: only read-only graph queries are allowed.")
-    growth, concatenations = 1, 0
-    for i, tok in enumerate(toks):
-        if tok.kind == "ident" and tok.text.upper() in ("WITH", "RETURN"):
-            growth, concatenations = growth * (concatenations + 1), 0
-        if tok.kind == "op" and tok.text == ";":
-            raise CypherFilterError(
-                "cypher_filter must be a single statement; ';' is not allowed outside string literals.")
-        if tok.kind == "ident" and tok.text.upper() in FORBIDDEN_KEYWORDS:
-            raise CypherFilterError(
-                f"cypher_filter must be read-only; the keyword {tok.text.upper()} is not allowed "
-                f"(offset {tok.start}).")
-        called = _call_name(toks, i)
-        if called is not None and called not in ALLOWED_FUNCTIONS:
-            raise CypherFilterError(
-                f"cypher_filter may not call {called.lower()}() (offset {tok.start}): only the functions "
-                f"listed in {ALLOWED_FUNCTIONS_DOC} are allowed: "
-                f"{', '.join(sorted(f.lower() for f in ALLOWED_FUNCTIONS))}.")
-        if called in CONCAT_FUNCTIONS or (tok.kind == "op" and tok.text == "+"):
-            concatenations += 1
-    growth *= concatenations + 1
-    if growth > MAX_GROWTH:
-        raise CypherFilterError(
-            f"cypher_filter chains concatenations ('+', concat()) that can grow a value "
-            f"{growth}-fold; at most {MAX_GROWTH}-fold is allowed.")
-    if not any(a.kind == "ident" and a.text.upper() == "AS" and b.kind in ("ident", "qident")
-               and _name(b).lower() == "id" for a, b in zip(toks, toks[1:], strict=False)):
-        raise CypherFilterError(
-            "cypher_filter must return a column aliased id, e.g. 'RETURN n.id AS id'.")
-    edits = _rewrites(toks)
-    for start, end, new in sorted(edits, reverse=True):
-        text = text[:start] + new + text[end:]
-    return text
-
-
-def _call_name(toks: list[_Tok], i: int) -> str | None:
-    """The upper-cased name of the function ``toks[i]`` calls, or None when it calls nothing (a
-    name not followed by '(', or a keyword such as ``WHERE (a)-->(b)``). A quoted name is a call
-    too: the engine resolves `levenshtein`(...) as it does levenshtein(...)."""
-    tok = toks[i]
-    if tok.kind not in ("ident", "qident") or i + 1 >= len(toks) or toks[i + 1].text != "(":
-        return None
-    name = _name(tok).upper()
-    if tok.kind == "ident" and name in _NOT_CALLS:
-        return None
-    return name
-
-
-def _rewrites(toks: list[_Tok]) -> list[tuple[int, int, str]]:
-    """Label spellings and path caps, as (start, end, replacement) edits of the original text.
-
-    Brackets are tracked so that a ``:`` is read as a label only inside a node pattern ``( )`` or a
-    relationship pattern ``-[ ]`` (not in a map ``{k: v}`` or a list slice ``l[1:2]``), and ``*``
-    as a path length only at the top of a relationship pattern."""
-    edits: list[tuple[int, int, str]] = []
-    stack: list[str] = []
-    expect: str | None = None  # "node" or "rel": the next name is a label
-    after_label: str | None = None  # a label was just read, so '|' continues the alternation
-    prev: _Tok | None = None
-    i = 0
-    while i < len(toks):
-        tok = toks[i]
-        if expect is not None and tok.kind in ("ident", "qident"):
-            edits.extend(_label_edit(tok, expect))
-            after_label, expect, prev = expect, None, tok
-            i += 1
-            continue
-        expect, label_ctx, after_label = None, after_label, None
-        if tok.kind == "op":
-            text = tok.text
-            top = stack[-1] if stack else None
-            if text == "(":
-                stack.append("(")
-            elif text == "{":
-                stack.append("{")
-            elif text == "[":
-                rel = prev is not None and prev.kind == "op" and prev.text in ("-", "<-")
-                stack.append("rel" if rel else "list")
-            elif text in ")]}":
-                if stack:
-                    stack.pop()
-            elif text == ":" and top in ("(", "rel"):
-                expect = "node" if top == "(" else "rel"
-            elif text == "|" and label_ctx is not None:
-                expect = label_ctx
-            elif text == "*" and top == "rel":
-                i = _bound_path(toks, i, edits)
-                prev = toks[i - 1]
-                continue
-        prev = tok
-        i += 1
-    return edits
-
-
-def _label_edit(tok: _Tok, where: str) -> list[tuple[int, int, str]]:
-    name = _name(tok)
-    known = NODE_LABELS if where == "node" else REL_TYPES
-    table = known.get(name.lower())
-    if table is None:
-        if where == "node":
-            raise CypherFilterError(
-                f"unknown node label {name!r} in cypher_filter; known labels: Memory, Datasource, Model, "
-                f"ModelColumn (or Column), Measure, Aggregation.")
-        raise CypherFilterError(
-            f"unknown relationship type {name!r} in cypher_filter; known types: MENTIONS, CONTAINS, JOINS.")
-    return [] if table == tok.text else [(tok.start, tok.end, table)]
-
-
-def _bound_path(toks: list[_Tok], i: int, edits: list[tuple[int, int, str]]) -> int:
-    """Read the length spec after the ``*`` at ``toks[i]``; cap an open upper bound, refuse a bound
-    above ``MAX_PATH_HOPS``. Returns the index of the first token after the spec."""
-    j, last = i + 1, toks[i]
-    while j < len(toks) and toks[j].kind == "ident" and toks[j].text.upper() in _PATH_WORDS:
-        last, j = toks[j], j + 1
-    lower = upper = dots = None
-    if j < len(toks) and toks[j].kind == "number":
-        lower, last, j = toks[j], toks[j], j + 1
-    if j < len(toks) and toks[j].text == "..":
-        dots, last, j = toks[j], toks[j], j + 1
-        if j < len(toks) and toks[j].kind == "number":
-            upper, last, j = toks[j], toks[j], j + 1
-    for bound in (lower, upper):
-        if bound is None:
-            continue
-        if not bound.text.isdigit():
-            raise CypherFilterError(f"path length {bound.text!r} in cypher_filter must be a whole number.")
-        if int(bound.text) > MAX_PATH_HOPS:
-            raise CypherFilterError(
-                f"variable-length path bound {bound.text} in cypher_filter exceeds the limit of "
-                f"{MAX_PATH_HOPS} hops.")
-    if (lower is not None and dots is None) or upper is not None:
-        return j  # exactly n hops, or a closed range
-    if dots is not None:
-        edits.append((dots.end, dots.end, str(MAX_PATH_HOPS)))
-    else:
-        gap = " " if last.kind == "ident" else ""
-        edits.append((last.end, last.end, f"{gap}1..{MAX_PATH_HOPS}"))
-    log.info("cypher_filter: open-ended variable-length path capped at %d hops", MAX_PATH_HOPS)
-    return j
-
-
-def parse_label_filter(text: str) -> frozenset[str] | None:
-    """The entity kinds of the naive form ``MATCH (v:Label[:Label...]) RETURN v.id AS id``, for use
-    when the graph is unavailable; ``None`` when ``text`` is valid Cypher but not of that form.
-    Labels are case-insensitive and ``Column`` means ``ModelColumn``. Raises ``CypherFilterError``
-    for an unsafe or malformed filter or an unknown label."""
-    validate_cypher(text)
-    toks = _significant(text)
-    words = [t.text.lower() if t.kind in ("ident", "op") else None for t in toks]
-    if words[:2] != ["match", "("] or len(toks) < 4 or toks[2].kind != "ident":
-        return None
-    var = words[2]
-    labels: list[str] = []
-    i = 3
-    while i + 1 < len(toks) and words[i] == ":" and toks[i + 1].kind in ("ident", "qident"):
-        labels.append(_name(toks[i + 1]))
-        i += 2
-    if not labels or words[i:] != [")", "return", var, ".", "id", "as", "id"]:
-        return None
-    # validate_cypher has already refused unknown labels.
-    return frozenset(TABLE_KINDS[NODE_LABELS[label.lower()]] for label in labels)
 
 
 # --------------------------------------------------------------------------- rows from the catalog
@@ -445,12 +162,10 @@ class _Rows:
 def _unit(canonical: str) -> tuple[str, str]:
     """The unit of the graph an entity belongs to: its memory, its datasource node or its model
     subtree (a model and its leaves are always replaced together)."""
-    if canonical.startswith(MEMORY_PREFIX):
+    if is_memory_ref(canonical):
         return ("memory", canonical)
-    parts = canonical.split(".", 2)
-    if len(parts) == 1:
-        return ("datasource", canonical)
-    return ("model", f"{parts[0]}.{parts[1]}")
+    model = model_of(canonical)
+    return ("datasource", canonical) if model is None else ("model", model)
 
 
 class _View:
@@ -495,17 +210,17 @@ class _View:
 
     def table_of(self, tag: str) -> str | None:
         """The node table holding ``tag`` in this graph, or None (stale, hidden or malformed)."""
-        if tag.startswith(MEMORY_PREFIX):
-            return "Memory" if tag[len(MEMORY_PREFIX):] in self.memories else None
-        parts = tag.split(".")
-        if len(parts) == 1:
+        if is_memory_ref(tag):
+            return "Memory" if memory_id_of(tag) in self.memories else None
+        ds, model, leaf = split_canonical(tag)
+        if model is None:
             return "Datasource" if tag in self.datasources else None
-        mid = f"{parts[0]}.{parts[1]}"
+        mid = child_id(ds, model)
         if mid not in self.models:
             return None
-        if len(parts) == 2:
+        if leaf is None:
             return "Model"
-        return self.leaf_table(mid, parts[2]) if len(parts) == 3 else None
+        return self.leaf_table(mid, leaf) if depth_of(tag) == 2 else None
 
     # Each emitter writes the unit's own nodes and the edges the unit owns: a model owns its leaves,
     # its CONTAINS edges (including the one from its datasource) and its outgoing JOINS; a memory
@@ -520,21 +235,21 @@ class _View:
         model = self.models.get(mid)
         if model is None:
             return
-        ds = mid.split(".", 1)[0]
+        ds = datasource_of(mid)
         rows.node("Model", (mid, model.name, model.description or ""))
         if ds in self.datasources:
             rows.edge("CONTAINS", "Datasource", "Model", (ds, mid))
         for table, name, extra in self.leaves(model):
-            leaf = f"{mid}.{name}"
+            leaf = child_id(mid, name)
             rows.node(table, (leaf, name, *extra))
             rows.edge("CONTAINS", "Model", table, (mid, leaf))
         for join in model.joins:
-            target = f"{ds}.{join.target_model}"
+            target = child_id(ds, join.target_model)
             if target in self.models:
                 rows.edge("JOINS", "Model", "Model", (mid, target, join.cardinality or ""))
 
     def emit_memory(self, ref: str, rows: _Rows) -> None:
-        memory = self.memories.get(ref[len(MEMORY_PREFIX):])
+        memory = self.memories.get(memory_id_of(ref))
         if memory is None:
             return
         rows.node("Memory", (ref, memory.learning or "", memory.description or ""))
@@ -553,7 +268,7 @@ class _View:
         for mid in self.models:
             self.emit_model(mid, rows)
         for memory_id in self.memories:
-            self.emit_memory(MEMORY_PREFIX + memory_id, rows)
+            self.emit_memory(memory_ref(memory_id), rows)
         return rows
 
     def weight(self, kind: str, unit: str) -> int:
@@ -565,7 +280,7 @@ class _View:
             leaves = len(model.columns) + len(model.measures) + len(model.aggregations)
             return 2 + 2 * leaves + len(model.joins)
         if kind == "memory":
-            memory = self.memories.get(unit[len(MEMORY_PREFIX):])
+            memory = self.memories.get(memory_id_of(unit))
             return 1 + (len(memory.entities) if memory is not None else 0)
         return 1 + len(self.catalog.children(unit))
 
@@ -972,18 +687,18 @@ def _unit_rows(view: _View, touched: dict[str, set[str]], memories: list[str], m
         for mid, model in view.models.items():
             if mid in touched["model"]:
                 continue
-            ds = mid.split(".", 1)[0]
+            ds = datasource_of(mid)
             for join in model.joins:
-                target = f"{ds}.{join.target_model}"
+                target = child_id(ds, join.target_model)
                 if target in touched["model"] and target in view.models:
                     rows.edge("JOINS", "Model", "Model", (mid, target, join.cardinality or ""))
     exact = touched["memory"] | touched["datasource"] | touched["model"]
-    below = tuple(mid + "." for mid in models)  # the leaves of a touched model
+    below = frozenset(models)  # the leaves of a touched model
     for memory_id, memory in view.memories.items():
-        ref = MEMORY_PREFIX + memory_id
+        ref = memory_ref(memory_id)
         if ref in touched["memory"]:
             continue
-        into = [tag for tag in memory.entities if tag in exact or tag.startswith(below)]
+        into = [tag for tag in memory.entities if tag in exact or (is_leaf_id(tag) and model_of(tag) in below)]
         if into:
             view.emit_mentions(ref, into, rows)
     return rows

@@ -5,8 +5,8 @@ SLayer's ranking fuses the ranks of its channels and stops there. This one score
 1. **Own evidence** of each entity, from every channel that found it: the full-text score (BM25,
    divided by the question's best), the cosine of the dense channel, the name channel (the
    question's stems against the entity's split, abbreviation-expanded name —
-   ``search/names.py``), a sampled value the question names, and a value *shape* it matches
-   (a year -> date columns, a full name -> name columns — ``search/values.py``).
+   ``search/name_stems.py``), a sampled value the question names, and a value *shape* it matches
+   (a year -> date columns, a full name -> name columns — ``search/sampled_values.py``).
 2. **Table routing.** A table scores the mean of its two best leaves plus its own document's
    evidence; a datasource scores its best table. Every entity's final score adds its table's
    and datasource's, so the columns of the table and database the question is about come
@@ -45,16 +45,30 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref, rooted_at
-from slayer_lsp.search import names, values
+from slayer_lsp.catalog.ids import (
+    datasource_of,
+    is_leaf_id,
+    is_memory_ref,
+    is_model_id,
+    memory_id_of,
+    memory_ref,
+    model_of,
+    parent_of,
+    rooted_at,
+)
+from slayer_lsp.search import name_stems, sampled_values
+from slayer_lsp.search.facet_ranking import rank_by_facet
+from slayer_lsp.search.hits import memory_hit, named_ranking, search_hit
+from slayer_lsp.search.indexes import SearchIndexes
 from slayer_lsp.search.lexicon import LEAF_KINDS
-from slayer_lsp.search.types import MAX_RELATED_HOPS, SearchHit
-
-if TYPE_CHECKING:
-    from slayer_lsp.search.service import Request, SearchIndexes
+from slayer_lsp.search.memory_ranking import MemoryMatch, rank_memories
+from slayer_lsp.search.recency import recency_factor
+from slayer_lsp.search.request import Request
+from slayer_lsp.search.types import MAX_RELATED_HOPS, SearchError, SearchHit
+from slayer_lsp.texts.parts import PIECE_KIND, owner_of, part_of
 
 CANDIDATES = 200  # per channel: deeper ranks carry too little evidence to reach the answer
 MEMORY_CANDIDATES = 100
@@ -117,11 +131,9 @@ class _Scores:
 
 
 def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchHit]:
-    from slayer_lsp.search.service import _named_ranking
-
     if req.params.facet is not None:
         return _facet_ranking(catalog, indexes, req, req.params.facet)
-    named, named_warnings = _named_ranking(catalog, req.inputs, req.datasource, req.candidate_ids)
+    named, named_warnings = named_ranking(catalog, req.inputs, req.datasource, req.candidate_ids)
     req.warnings.extend(named_warnings)
     allowed = _Allowed(catalog, indexes, req)
     sc = _Scores()
@@ -140,9 +152,9 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     final: dict[str, float] = {}
     tables, dss = sc.table, sc.datasource
     for cid, own in sc.own.items():
-        parts = cid.split(".", 2)
-        table = tables.get(f"{parts[0]}.{parts[1]}", 0.0) if len(parts) > 1 else 0.0
-        final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(parts[0], 0.0)
+        model = model_of(cid)
+        table = tables.get(model, 0.0) if model is not None else 0.0
+        final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(datasource_of(cid), 0.0)
     memory_final: dict[str, float] = {}
     best_own = max(mem_own.values(), default=0.0)
     for m in matches:  # best first: a memory reached by a link alone follows the one it was reached from
@@ -174,19 +186,17 @@ def _hits(catalog: Catalog, indexes: SearchIndexes, req: Request, scored: Iterab
           via: dict[str, str]) -> list[SearchHit]:
     """Hits for (id, score) pairs best first, up to ``max_results``; what may not come back (kind,
     cypher filter, scope) is skipped."""
-    from slayer_lsp.search.service import _hit, _memory_hit
-
     results: list[SearchHit] = []
     for cid, score in scored:
         if is_memory_ref(cid):
             mid = memory_id_of(cid)
             mem = catalog.memory(mid) if req.memory_allowed() and mid in req.scoped_ids else None
-            hit = _memory_hit(mem, score, req.inputs, req.valid, req.params.compact) if mem else None
+            hit = memory_hit(mem, score, req.inputs, req.valid, req.params.compact) if mem else None
             if hit is not None and cid in via:
                 hit.via = via[cid]
         else:
-            hit = _hit(catalog, indexes, cid, score, req.inputs, req.valid, req.candidate_ids,
-                       req.kind_filter, req.params.compact)
+            hit = search_hit(catalog, indexes, cid, score, req.inputs, req.valid, req.candidate_ids,
+                             req.kind_filter, req.params.compact)
         if hit is not None:
             hit.score = round(hit.score, 6)
             results.append(hit)
@@ -197,10 +207,7 @@ def _hits(catalog: Catalog, indexes: SearchIndexes, req: Request, scored: Iterab
 
 def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request, facet: str) -> list[SearchHit]:
     """``facet``: the question ranks one facet of the entities that declare it, nothing else
-    (``search/facets.py``; the whole surface of several facets at once is ``slayer/searchFacets``)."""
-    from slayer_lsp.search.facets import rank_by_facet
-    from slayer_lsp.search.types import SearchError
-
+    (``search/facet_ranking.py``; the whole surface of several facets at once is ``slayer/searchFacets``)."""
     if not req.has_question:
         raise SearchError("facet needs a question to rank by.")
     kinds = sorted(req.kind_filter) if req.kind_filter is not None else None
@@ -212,13 +219,11 @@ def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request, facet
 
 
 def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed,
-              evidence: _MemoryEvidence) -> list[Any]:
-    """The memory side's candidates (``search/memories.py``): pieces, exact tokens, keyword, tags,
+              evidence: _MemoryEvidence) -> list[MemoryMatch]:
+    """The memory side's candidates (``search/memory_ranking.py``): pieces, exact tokens, keyword, tags,
     links — one match per memory, with the channels that found it and the named-record lead."""
     if not allowed.memories_on or not allowed.memory_ids:
         return []
-    from slayer_lsp.search.memories import rank_memories
-
     corpus = indexes.tag_corpus(catalog, req.datasource) if req.candidate_ids is None and req.inputs else None
     dense = [*evidence.pieces, *((mid, -1, cos) for mid, cos in evidence.cosine.items())]
     return rank_memories(
@@ -230,18 +235,16 @@ def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _
         channel_depth=MEMORY_CANDIDATES)
 
 
-def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches: list[Any],
+def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches: list[MemoryMatch],
                 evidence: _MemoryEvidence) -> dict[str, float]:
     """Each matched memory's own evidence in the entities' units (see ``memory_strength``), times
     its recency factor (which only separates near-ties)."""
     if not matches:
         return {}
-    from slayer_lsp.search.recency import recency_factor
-
     ids = [m.memory_id for m in matches]
     best_piece = max((m.text_score for m in matches), default=0.0) or 1.0
     best_whole = max(evidence.text.values(), default=0.0) or 1.0
-    asked = names.stems(req.question or "") if req.has_question else []
+    asked = name_stems.stems(req.question or "") if req.has_question else []
     terms = indexes.memory_terms_for(catalog)
     coverage = terms.coverage(asked, ids) if asked else {}
     long_notes = {m.memory_id for m in matches if len(_learning(catalog, m.memory_id)) >= LONG_MEMORY_CHARS}
@@ -289,8 +292,6 @@ def _dense_pieces(indexes: SearchIndexes, req: Request, allowed: _Allowed) -> li
     parts = getattr(worker, "parts", None) if worker is not None else None
     if worker is None or parts is None or not len(parts.index):  # worker None: parts None too
         return []
-    from slayer_lsp.texts.parts import PIECE_KIND, owner_of, part_of
-
     try:
         vec = worker.embed_query(req.question or "")
     except Exception:  # noqa: BLE001 - the dense channel already warned about its provider
@@ -381,21 +382,21 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
                     sc.own[cid] += W_DENSE * max(cos, 0.0)
 
     lexicon = indexes.lexicon_for(catalog)
-    q_stems = names.stems(question)
+    q_stems = name_stems.stems(question)
     by_name = lexicon.name_scores(q_stems)
-    leaf_best = max((s for c, s in by_name.items() if c.count(".") >= 2), default=0.0) or 1.0
-    model_best = max((s for c, s in by_name.items() if c.count(".") == 1), default=0.0) or 1.0
+    leaf_best = max((s for c, s in by_name.items() if is_leaf_id(c)), default=0.0) or 1.0
+    model_best = max((s for c, s in by_name.items() if is_model_id(c)), default=0.0) or 1.0
     for cid, s in by_name.items():
         if allowed.entity(cid):
-            is_model = cid.count(".") == 1
+            is_model = is_model_id(cid)
             sc.own[cid] += (W_TABLE_NAME / model_best if is_model else W_NAME / leaf_best) * s
     for cid in sorted(lexicon.value_matches(question)):
         if allowed.entity(cid):
             sc.own[cid] += W_VALUE
-    shapes = values.question_shapes(question)
+    shapes = sampled_values.question_shapes(question)
     if shapes:
         for cid in list(sc.own):
-            if cid.count(".") >= 2 and shapes & lexicon.shapes_of(cid):
+            if is_leaf_id(cid) and shapes & lexicon.shapes_of(cid):
                 sc.own[cid] += W_SHAPE * len(shapes & lexicon.shapes_of(cid))
 
 
@@ -415,7 +416,7 @@ def _memory_evidence(catalog: Catalog, mem_own: dict[str, float], sc: _Scores,
         if mem is None or score < EVIDENCE_MEMORY_RATIO * best:
             continue
         for tag in mem.entities:
-            if not is_memory_ref(tag) and allowed.entity(tag) and (not routed or tag.split(".", 1)[0] in routed):
+            if not is_memory_ref(tag) and allowed.entity(tag) and (not routed or datasource_of(tag) in routed):
                 sc.own[tag] += W_MEMORY_EVIDENCE * score
                 lent.setdefault(mid, []).append(tag)
     return lent
@@ -426,18 +427,18 @@ def _route(sc: _Scores) -> None:
     leaves: dict[str, list[float]] = defaultdict(list)
     tables: set[str] = set()
     for cid, own in sc.own.items():
-        table, dot, _ = cid.rpartition(".")
-        if not dot:
+        parent = parent_of(cid)
+        if parent is None:
             continue  # a datasource
-        if "." in table:
-            leaves[table].append(own)
-        else:
+        if is_model_id(cid):
             tables.add(cid)
+        else:
+            leaves[parent].append(own)
     for table in sorted(tables.union(leaves)):  # sorted: float sums never follow the hash seed
         best = sorted(leaves.get(table, ()), reverse=True)[:TABLE_LEAVES]
         sc.table[table] = sum(best) / TABLE_LEAVES + 0.5 * sc.own.get(table, 0.0)
     for table, score in sc.table.items():
-        ds = table.partition(".")[0]
+        ds = datasource_of(table)
         if score > sc.datasource[ds]:
             sc.datasource[ds] = score
 
@@ -456,12 +457,12 @@ def _memory_routing(catalog: Catalog, mid: str, sc: _Scores, share: float) -> fl
         if is_memory_ref(tag):
             continue
         tagged = True
-        parts = tag.split(".", 2)
-        ds = max(ds, sc.datasource.get(parts[0], 0.0))
-        if len(parts) > 1:
-            table = max(table, sc.table.get(f"{parts[0]}.{parts[1]}", 0.0))
+        ds = max(ds, sc.datasource.get(datasource_of(tag), 0.0))
+        model = model_of(tag)
+        if model is not None:
+            table = max(table, sc.table.get(model, 0.0))
         else:
-            table = max(table, sc.datasource.get(parts[0], 0.0))  # a datasource scores its best table
+            table = max(table, sc.datasource.get(datasource_of(tag), 0.0))  # a datasource scores its best table
     if not tagged:
         table = share * max(sc.table.values(), default=0.0)
         ds = share * max(sc.datasource.values(), default=0.0)
@@ -470,12 +471,12 @@ def _memory_routing(catalog: Catalog, mid: str, sc: _Scores, share: float) -> fl
 
 def _complete_joins(catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final: dict[str, float],
                     allowed: _Allowed) -> None:
-    leaves = heapq.nlargest(JOIN_AFTER, (c for c in final if c.count(".") >= 2 and not is_memory_ref(c)
-                                         and catalog.kind_of(c) in LEAF_KINDS), key=lambda c: (final[c], c))
+    leaves = heapq.nlargest(JOIN_AFTER, (c for c in final if is_leaf_id(c) and catalog.kind_of(c) in LEAF_KINDS),
+                            key=lambda c: (final[c], c))
     if not leaves:
         return
-    best_ds = leaves[0].split(".", 1)[0]
-    tables = sorted((t for t in sc.table if t.startswith(best_ds + ".")), key=lambda t: (-sc.table[t], t))
+    best_ds = datasource_of(leaves[0])
+    tables = sorted((t for t in sc.table if rooted_at(t, best_ds)), key=lambda t: (-sc.table[t], t))
     if not tables:
         return
     chosen = [t for t in tables[:JOIN_TABLES] if sc.table[t] >= JOIN_TABLE_RATIO * sc.table[tables[0]]]

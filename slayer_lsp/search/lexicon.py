@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from slayer_lsp.catalog import Catalog, Delta
-from slayer_lsp.catalog.ids import is_memory_ref
-from slayer_lsp.search import names, values
+from slayer_lsp.catalog.ids import child_id, is_memory_ref
+from slayer_lsp.search import name_stems, sampled_values
 
 LEAF_KINDS = ("column", "measure", "aggregation")
 MAX_POSTINGS = 20000  # a stem in more names than this says nothing (its idf is ~0): skipped
@@ -115,7 +115,7 @@ class Lexicon:
         """Columns one of whose sampled values the question names."""
         out: set[str] = set()
         with self._lock:
-            for gram in values.question_ngrams(question):
+            for gram in sampled_values.question_ngrams(question):
                 ids = self.by_value.get(gram)
                 if ids:
                     out.update(c for c in ids if allow is None or c in allow)
@@ -139,24 +139,24 @@ def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
     obj = ent.obj
     label = getattr(obj, "label", None)
     if ent.kind == "model":
-        model_stems = names.name_stems(obj.name, None, obj.description)
+        model_stems = name_stems.name_stems(obj.name, None, obj.description)
         if obj.description:
-            model_stems = list(dict.fromkeys(model_stems + names.stems(obj.description)))
+            model_stems = list(dict.fromkeys(model_stems + name_stems.stems(obj.description)))
         joins = []
         for j in obj.joins or []:
             if not j.join_pairs:
                 continue
-            other = f"{obj.data_source}.{j.target_model}"
+            other = child_id(obj.data_source, j.target_model)
             here, there = j.join_pairs[0]
-            k_here, k_there = f"{ent.canonical}.{here}", f"{other}.{there}"
+            k_here, k_there = child_id(ent.canonical, here), child_id(other, there)
             if k_here in catalog.entities and k_there in catalog.entities:
                 joins.append((other, k_here, k_there))
         return ent.canonical, tuple(model_stems), frozenset(), frozenset(), tuple(joins)
-    stems = tuple(names.name_stems(obj.name, label, getattr(obj, "description", None)))
+    stems = tuple(name_stems.name_stems(obj.name, label, getattr(obj, "description", None)))
     terms: frozenset[str] = frozenset()
     shapes: frozenset[str] = frozenset()
     if ent.kind == "column":
         sampled = [str(v) for v in (obj.sampled_values or [])]
-        terms = frozenset(values.value_terms(sampled))
-        shapes = values.column_shapes(sampled, obj.type)
+        terms = frozenset(sampled_values.value_terms(sampled))
+        shapes = sampled_values.column_shapes(sampled, obj.type)
     return ent.canonical, stems, terms, shapes, None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of
-from slayer_lsp.search.names import stems
+from slayer_lsp.search.name_stems import stems
 
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog, Delta

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Literal
 import tantivy
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of
+from slayer_lsp.search.exact_tokens import LiteralIndex
 from slayer_lsp.search.fastfields import u64_values
-from slayer_lsp.search.tokens import LiteralIndex
 from slayer_lsp.store import documents as d
 from slayer_lsp.texts.pieces import piece_texts
 from slayer_lsp.texts.words import TOKEN_RE, words_of

@@ -12,9 +12,6 @@ import msgspec
 
 MAX_RESULTS_CAP = 1000  # a request for more is bounded, not refused
 MAX_QUESTION_CHARS = 4000  # longer questions are cut (with a warning) before they reach the index
-
-
-ENTITY_KINDS = ("datasource", "model", "column", "measure", "aggregation", "memory")
 MAX_RELATED_HOPS = 3  # link hops through ``memory:<id>`` tags; more is bounded, not refused
 
 

@@ -12,7 +12,7 @@ facet: a column without samples has no ``values``. Texts are a pure function of 
 so an unchanged document gives the same texts, the same hashes and no re-embedding.
 
 This is the one place facets are declared; the embedding worker and the facet rankings
-(``search.facets``) both read ``FACETS`` and ``facet_texts``.
+(``search.facet_ranking``) both read ``FACETS`` and ``facet_texts``.
 """
 
 from __future__ import annotations

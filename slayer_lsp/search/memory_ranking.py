@@ -15,7 +15,7 @@ text      1.0     BM25 of their best piece against the question
 about     1.0     BM25 of the words of their entity tags against the question (what the
                   memory is about: ``orders.order_total`` -> "orders order total")
 dense     1.0     cosine of their best piece vector (when the caller has piece vectors)
-exact     3.0     how many distinctive question tokens (``tokens.extract_tokens``) they hold
+exact     3.0     how many distinctive question tokens (``exact_tokens.extract_tokens``) they hold
                   as whole tokens (in a piece, or as a tag for canonical ids and memory
                   refs); a memory the question names as ``memory:<id>`` counts twice. Silent
                   when the question has no distinctive token
@@ -53,10 +53,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref
+from slayer_lsp.search.exact_tokens import ExactToken, extract_tokens, shape_of
 from slayer_lsp.search.piece_index import MemoryPieceIndex
 from slayer_lsp.search.recency import recency_factor
-from slayer_lsp.search.tags import TagCorpus
-from slayer_lsp.search.tokens import ExactToken, extract_tokens, shape_of
+from slayer_lsp.search.tag_bm25 import TagCorpus
 
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog

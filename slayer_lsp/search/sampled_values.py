@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from slayer_lsp.search.names import STOPWORDS
+from slayer_lsp.search.name_stems import STOPWORDS
 
 MAX_NGRAM = 4
 _NON_WORD = re.compile(r"[^\w]+")

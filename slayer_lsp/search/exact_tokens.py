@@ -39,6 +39,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from slayer_lsp.catalog.ids import MEMORY_PREFIX, is_memory_ref, split_canonical
 from slayer_lsp.texts.words import TOKEN_RE
 
 # A whole token: word characters joined by connectors (no leading/trailing connector).
@@ -83,7 +84,7 @@ def tokens_of(text: str) -> list[str]:
 def shape_of(tok: str) -> str | None:
     """The distinctive shape of one whole token, or None for an ordinary word or number."""
     low = tok.casefold()
-    if low.startswith("memory:") and len(tok) > len("memory:"):
+    if is_memory_ref(low) and len(tok) > len(MEMORY_PREFIX):
         return "memory"
     if _UUID.fullmatch(tok):
         return "uuid"
@@ -92,8 +93,8 @@ def shape_of(tok: str) -> str | None:
     if "@" in tok:
         return "email" if _EMAIL.fullmatch(tok) else None
     if _DOTTED.fullmatch(tok):
-        parts = tok.split(".")
-        return "canonical" if any(len(p) > 1 for p in parts) else None  # e.g / i.e / U.S are not ids
+        parts = split_canonical(tok)  # two or three, as the pattern says
+        return "canonical" if any(p is not None and len(p) > 1 for p in parts) else None  # e.g / i.e / U.S: not ids
     alnum = _CONNECTOR.sub("", tok)
     has_digit = any(c.isdigit() for c in alnum)
     has_alpha = any(c.isalpha() for c in alnum)

@@ -41,7 +41,7 @@ from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of
 from slayer_lsp.search.types import MAX_QUESTION_CHARS, MAX_RESULTS_CAP, SearchError, SearchHit
 from slayer_lsp.texts import render
 from slayer_lsp.texts.facets import FACETS, facet_names, facet_texts, kinds_with
-from slayer_lsp.texts.parts import part_id, part_kind
+from slayer_lsp.texts.parts import owner_of, part_id, part_kind
 
 DEFAULT_DEPTH = 500
 MAX_DEPTH = 5000
@@ -225,7 +225,7 @@ def _dense_ranking(indexes: Any, facet: str, query: str, kinds: list[str], owner
     truncated = False
     for pairs in hits.by_kind.values():
         truncated |= len(pairs) >= depth
-        ranked.extend((pid.rpartition("#")[0], score) for pid, score in pairs)
+        ranked.extend((owner_of(pid), score) for pid, score in pairs)
     ranked.sort(key=lambda cs: (-cs[1], cs[0]))
     return FacetRanking(facet, ranked, "dense", warnings, truncated)
 
