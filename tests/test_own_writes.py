@@ -53,11 +53,11 @@ def _descriptions(read) -> dict[str, str | None]:  # noqa: ANN001
     return {k.name: getattr(doc.value, "description", None) for k, doc in read.docs.items() if k.kind == "model"}
 
 
-def test_nothing_changed_or_only_our_commits_is_no_read(store: Path) -> None:
+def test_only_our_commits_is_no_read(store: Path) -> None:
     reader = StoreReader(store)
     first = reader.read()
     assert not first.unchanged
-    assert reader.read().unchanged  # nobody committed
+    assert not reader.read().unchanged  # no commit at all: a file event with none is read (a fault, a lock)
     _our_vector_write(store)
     _our_vector_write(store)
     again = reader.read()
@@ -86,6 +86,13 @@ def test_a_same_length_update_in_place_is_seen(store: Path) -> None:
     assert "aaaa" in _descriptions(reader.read()).values()
     _foreign_model_edit(store, "bbbb")  # same length, same row: no row stamp would tell
     assert "bbbb" in _descriptions(reader.read()).values()
+
+
+def test_a_file_cut_short_behind_sqlites_back_has_no_counter(store: Path) -> None:
+    assert own_writes.change_counter(store) is not None
+    data = store.read_bytes()
+    store.write_bytes(data[: len(data) // 2])
+    assert own_writes.change_counter(store) is None
 
 
 def test_a_wal_store_has_no_counter_and_is_always_read(store: Path) -> None:

@@ -6,9 +6,11 @@ touched vectors costs a full scan of the store per batch. SQLite's file change c
 bytes 24-27, big-endian) goes up by one for every transaction that modifies the file in rollback
 journal mode, SLayer's mode. A writer of ours reads the counter inside its write transaction
 (nobody else can commit while it holds the write lock) and notes ``before -> before + 1``; a reader
-that last read the store at counter ``a`` and now sees ``b`` may skip the read exactly when every
-step from ``a`` to ``b`` is one of ours. Any other step, an unknown counter, or a WAL database (whose
-header counter does not move per commit) means: read.
+that last read the store at counter ``a`` and now sees ``b != a`` may skip the read exactly when
+every step from ``a`` to ``b`` is one of ours. Any other step, an unknown counter, a WAL database
+(whose header counter does not move per commit), a file whose size disagrees with its header, and a
+file event with no commit at all (a writer holding the lock, a damaged or replaced file) mean: read,
+so that a fault is still reported.
 """
 
 from __future__ import annotations
@@ -32,14 +34,20 @@ def change_counter(db: Path | str) -> int | None:
     except OSError:
         return None
     try:
-        header = os.pread(fd, 28, 0)
+        header = os.pread(fd, 100, 0)
+        size = os.fstat(fd).st_size
     except OSError:
         return None
     finally:
         os.close(fd)
-    if len(header) < 28 or not header.startswith(b"SQLite format 3\x00") or header[18] == 2 or header[19] == 2:
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00") or header[18] == 2 or header[19] == 2:
         return None
-    return int.from_bytes(header[24:28], "big")
+    counter = int.from_bytes(header[24:28], "big")
+    page_size = int.from_bytes(header[16:18], "big")
+    pages = int.from_bytes(header[28:32], "big")
+    if int.from_bytes(header[92:96], "big") != counter or (page_size or 65536) * pages != size:
+        return None  # a header SQLite did not finish writing, or a file cut short or grown behind its back
+    return counter
 
 
 def note_commit(db: Path | str, before: int | None) -> None:
@@ -55,8 +63,8 @@ def note_commit(db: Path | str, before: int | None) -> None:
 
 
 def only_ours(db: Path | str, since: int | None, now: int | None) -> bool:
-    """Whether every commit between counters ``since`` and ``now`` was ours (``since == now``: none)."""
-    if since is None or now is None:
+    """Whether there were commits between counters ``since`` and ``now``, and every one was ours."""
+    if since is None or now is None or since == now:
         return False
     with _lock:
         steps = _ours.get(_key(db), {})
