@@ -22,16 +22,14 @@ class StatusReport(msgspec.Struct, kw_only=True):
 
 def engine_status(engine) -> StatusReport:  # noqa: ANN001 - Engine, imported lazily by callers
     cat = engine.catalog
-    counts: dict[str, int] = {}
-    for ent in cat.entities.values():
-        counts[ent.kind] = counts.get(ent.kind, 0) + 1
+    counts = cat.counts()  # kept up to date per change: no entity is counted here
     emb = None
     if engine.dense is not None:
         st = engine.dense.status()  # under a scope its counts are the reachable vectors' only
         emb = {**msgspec.to_builtins(st), "warnings": st.warnings()}
     return StatusReport(version=__version__, store=str(engine.location.path), backend=engine.location.backend,
                         generation=cat.generation, readable=cat.fatal is None, error=cat.fatal,
-                        counts=dict(sorted(counts.items())), load_issues=len(cat.issues),
+                        counts=dict(sorted(counts.items())), load_issues=cat.issue_count,
                         last_refresh_ms=round(engine.stats.last_refresh_s * 1000, 1), embedding=emb)
 
 

@@ -4,14 +4,22 @@ A snapshot is built once from a full ``StoreRead`` and afterwards *derived*: ``s
 compares document digests, touches only the documents that changed and returns the new snapshot
 with a ``Delta`` naming the canonical ids that were added, changed or removed, which is what the
 indexes downstream consume. Nothing here knows about LSP or search.
+
+One edit must cost the same at 400k columns as at 40k, so the entity map is persistent (a HAMT,
+``immutables.Map``: the next snapshot shares every node the edit did not touch), and what is kept
+beside it (kind counts, the models' listing order, the datasource names, the count of document
+notes) is updated from the change, never recounted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import bisect
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
+
+import immutables
 
 from slayer_lsp.catalog.ids import memory_ref, parent_of
 from slayer_lsp.store import documents as d
@@ -106,6 +114,11 @@ class Catalog:
     load_issues: tuple[LoadIssue, ...]  # documents that did not load
     fatal: str | None = None
     generation: int = 0
+    # Kept up to date by ``derive`` (None on a catalog made some other way: computed on first use).
+    model_order: tuple[str, ...] | None = None  # model ids in SLayer's listing order (datasource, name)
+    datasource_names: tuple[str, ...] | None = None  # sorted
+    kind_counts: Mapping[str, int] | None = None  # entities per kind, hidden included
+    doc_issue_count: int | None = None  # notes on documents that did load
     _extra: dict = field(default_factory=dict, compare=False, repr=False)  # lazily derived lookups
 
     # ------------------------------------------------------------------ construction
@@ -137,37 +150,53 @@ class Catalog:
                 return self, Delta()
             return self._replace(load_issues=load_issues, fatal=None, generation=self.generation + 1), Delta()
 
-        docs = dict(old_docs)
-        entities = dict(self.entities)
+        docs = dict(old_docs)  # one entry per file or row: small beside the entities
+        base = self.entities if isinstance(self.entities, immutables.Map) else immutables.Map(self.entities)
+        entities = base.mutate()
         children = dict(self.children_of)
         by_name = {k: list(v) for k, v in self.models_by_name.items()} if self._touches_models(
             changed_keys, removed_keys) else None
+        counts = dict(self.counts())
+        doc_issues = self.document_issue_count()
         before: dict[str, Entity] = {}
         after: dict[str, Entity] = {}
         memories_touched = False
         priority_changed = False
+        models_gone: set[str] = set()
+        models_new: set[str] = set()
+        datasources_touched = False
         ds_models: dict[str, set[str]] = {}  # datasources whose model list changes
         for key in removed_keys + changed_keys:
             old = old_docs.get(key)
             if old is not None:
+                doc_issues -= len(old.issues)
                 for ent in _doc_entities(old):
                     before[ent.canonical] = ent
-                    entities.pop(ent.canonical, None)
+                    if entities.pop(ent.canonical, None) is not None:
+                        counts[ent.kind] -= 1
                 self._unlink(old, children, ds_models, by_name)
                 del docs[key]
+                if key.kind == "model":
+                    models_gone.add(key.name)
         for key in changed_keys:
             doc = new_docs[key]
             docs[key] = doc
+            doc_issues += len(doc.issues)
             made = list(_doc_entities(doc))
             for ent in made:
                 after[ent.canonical] = ent
+                if ent.canonical not in entities:
+                    counts[ent.kind] = counts.get(ent.kind, 0) + 1
                 entities[ent.canonical] = ent
             self._link(doc, made, children, ds_models, by_name)
+            if key.kind == "model":
+                models_new.add(key.name)
         for ds, mids in ds_models.items():
             children[ds] = tuple(sorted(mids))
         for key in removed_keys + changed_keys:
             memories_touched |= key.kind == "memory"
             priority_changed |= key.kind == "priority"
+            datasources_touched |= key.kind == "datasource"
 
         memory_order = self.memory_order
         if memories_touched:
@@ -180,11 +209,18 @@ class Catalog:
             removed=frozenset(c for c in before if c not in after),
             priority_changed=priority_changed,
         )
+        model_order = self.models_in_order()
+        if models_gone or models_new:
+            model_order = _reordered(model_order, models_gone - models_new, models_new - models_gone)
+        datasource_names = self.datasources_in_order()
+        if datasources_touched:
+            datasource_names = tuple(sorted(k.name for k in docs if k.kind == "datasource"))
         snap = Catalog(
-            self.location, MappingProxyType(docs), MappingProxyType(entities), MappingProxyType(children),
+            self.location, MappingProxyType(docs), entities.finish(), MappingProxyType(children),
             MappingProxyType({k: tuple(v) for k, v in by_name.items()}) if by_name is not None
             else self.models_by_name,
             memory_order, priority, load_issues, None, self.generation + 1,
+            model_order, datasource_names, MappingProxyType({k: n for k, n in counts.items() if n}), doc_issues,
         )
         return snap, delta
 
@@ -224,7 +260,8 @@ class Catalog:
     def _replace(self, **changes: object) -> Catalog:
         fields = {f: getattr(self, f) for f in ("location", "docs", "entities", "children_of", "models_by_name",
                                                  "memory_order", "priority", "load_issues", "fatal",
-                                                 "generation")}
+                                                 "generation", "model_order", "datasource_names", "kind_counts",
+                                                 "doc_issue_count")}
         fields.update(changes)
         return Catalog(**fields)
 
@@ -247,19 +284,62 @@ class Catalog:
     def parent(canonical: str) -> str | None:
         return parent_of(canonical)
 
+    def datasources_in_order(self) -> tuple[str, ...]:
+        if self.datasource_names is not None:
+            return self.datasource_names
+        return self._lazy("datasource names", lambda: tuple(sorted(k.name for k in self.docs if k.kind == "datasource")))
+
+    def models_in_order(self) -> tuple[str, ...]:
+        """Model ids in SLayer's listing order (datasource, then name)."""
+        if self.model_order is not None:
+            return self.model_order
+        return self._lazy("model order", lambda: tuple(sorted(
+            (k.name for k in self.docs if k.kind == "model"), key=_model_key)))
+
+    def counts(self) -> Mapping[str, int]:
+        """Entities per kind, hidden ones included."""
+        if self.kind_counts is not None:
+            return self.kind_counts
+        def build() -> dict[str, int]:
+            out: dict[str, int] = {}
+            for ent in self.entities.values():
+                out[ent.kind] = out.get(ent.kind, 0) + 1
+            return out
+        return self._lazy("counts", build)
+
+    def document_issue_count(self) -> int:
+        if self.doc_issue_count is not None:
+            return self.doc_issue_count
+        return self._lazy("doc issues", lambda: sum(len(doc.issues) for doc in self.docs.values()))
+
+    @property
+    def issue_count(self) -> int:
+        """``len(self.issues)``, without listing them."""
+        return len(self.load_issues) + self.document_issue_count()
+
     @property
     def datasources(self) -> dict[str, d.Datasource]:
         # the isinstance tests always hold (a key's kind fixes its value's type); they tell the checker
-        return self._lazy("datasources", lambda: {
-            k.name: doc.value for k, doc in sorted(self.docs.items(), key=lambda kv: kv[0].name)
-            if k.kind == "datasource" and isinstance(doc.value, d.Datasource)})
+        def build() -> dict[str, d.Datasource]:
+            out = {}
+            for name in self.datasources_in_order():
+                value = self.docs[DocKey("datasource", name)].value
+                if isinstance(value, d.Datasource):
+                    out[name] = value
+            return out
+        return self._lazy("datasources", build)
 
     @property
     def models(self) -> dict[str, d.Model]:
         """``"ds.model"`` -> model, in SLayer's listing order (datasource, then name)."""
-        return self._lazy("models", lambda: {
-            k.name: doc.value for k, doc in sorted(self.docs.items(), key=lambda kv: _model_sort(kv[1]))
-            if k.kind == "model" and isinstance(doc.value, d.Model)})
+        def build() -> dict[str, d.Model]:
+            out = {}
+            for mid in self.models_in_order():
+                value = self.docs[DocKey("model", mid)].value
+                if isinstance(value, d.Model):
+                    out[mid] = value
+            return out
+        return self._lazy("models", build)
 
     @property
     def memories(self) -> dict[str, d.Memory]:
@@ -282,10 +362,10 @@ class Catalog:
         return doc.value if doc is not None else None  # type: ignore[return-value]
 
     @property
-    def valid_canonicals(self) -> frozenset[str]:
-        """Every id a memory tag may name and still count (hidden entities included): the set
-        against which stale tags are detected."""
-        return self._lazy("valid", lambda: frozenset(self.entities))
+    def valid_canonicals(self) -> Collection[str]:
+        """Every id a memory tag may name and still count (hidden entities included): what stale
+        tags are tested against (the entity map itself: nothing is copied)."""
+        return self.entities
 
     def stale_tags(self, memory: d.Memory) -> list[str]:
         valid = self.valid_canonicals
@@ -313,10 +393,22 @@ class Catalog:
         return self._lazy("searchable", build)
 
     def iter_entities(self, kinds: Iterable[str] | None = None) -> Iterator[Entity]:
+        """Entities document by document, in the documents' order (a model, then its leaves): the
+        order they were read in, whatever order the entity map keeps."""
         wanted = set(kinds) if kinds is not None else None
-        for ent in self.entities.values():
-            if wanted is None or ent.kind in wanted:
-                yield ent
+        for key, doc in self.docs.items():
+            if key.kind == "model":
+                ids: Iterable[str] = (key.name, *self.children_of.get(key.name, ()))
+            elif key.kind == "datasource":
+                ids = (key.name,)
+            elif key.kind == "memory":
+                ids = (memory_ref(key.name),)
+            else:
+                continue
+            for canonical in ids:
+                ent = self.entities.get(canonical)
+                if ent is not None and ent.source == doc.source and (wanted is None or ent.kind in wanted):
+                    yield ent
 
     def _lazy(self, name: str, build: Callable[[], _T]) -> _T:
         cache = self._extra
@@ -331,11 +423,18 @@ def entity_differs(a: Entity, b: Entity) -> bool:
     return a.obj != b.obj or a.hidden != b.hidden or a.source != b.source
 
 
-def _model_sort(doc: StoredDoc) -> tuple[str, str]:
-    value = doc.value
-    if isinstance(value, d.Model):
-        return (value.data_source or "", value.name)
-    return ("", "")
+def _model_key(model_id: str) -> tuple[str, str]:
+    """SLayer's listing order of models: datasource, then name (names hold no dots)."""
+    ds, _, name = model_id.partition(".")
+    return ds, name
+
+
+def _reordered(order: tuple[str, ...], gone: set[str], new: set[str]) -> tuple[str, ...]:
+    """``order`` less ``gone``, with ``new`` inserted in place: a few bisects, not a sort."""
+    out = [m for m in order if m not in gone] if gone else list(order)
+    for mid in sorted(new, key=_model_key):
+        bisect.insort(out, mid, key=_model_key)
+    return tuple(out)
 
 
 def _memory_order(docs: Mapping[DocKey, StoredDoc], backend: str) -> tuple[str, ...]:
