@@ -30,7 +30,7 @@ def types() -> dict[str, tuple[str, type]]:
     return {
         "slayer-search.params": ("slayer/search params", SearchParams),
         "slayer-search.result": ("slayer/search result", SearchResponse),
-        "slayer-inspect.params": ("slayer/inspect params", p.InspectParams),
+        "slayer-inspect.params": ("slayer/inspect params", p.InspectRequestParams),
         "slayer-inspect.result": ("slayer/inspect result", p.InspectResult),
         "slayer-status.params": ("slayer/status params", p.StatusParams),
         "slayer-status.result": ("slayer/status result", p.ServerStatus),
