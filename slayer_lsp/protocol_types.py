@@ -3,8 +3,10 @@
 ``slayer/search`` is described by ``search.types`` and ``slayer/inspect``'s items by
 ``analysis.inspect``; this module adds the rest: inspect's params and located items, the status
 the server reports (``status.StatusReport`` plus what only the server knows), and the memory writes.
-``protocol/generate.py`` turns all of them into the JSON Schemas of ``protocol/schemas``. Field
-names are the wire names; a client should ignore fields it does not know (results may grow).
+``protocol/generate.py`` turns the types of the server's request table (``lsp.custom_requests``)
+into the JSON Schemas of ``protocol/schemas``, and the server decodes params with the same types,
+so the schemas say exactly what it accepts. Field names are the wire names; a client should ignore
+fields it does not know (results may grow).
 """
 
 from __future__ import annotations
