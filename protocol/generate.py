@@ -1,8 +1,9 @@
 """Write the JSON Schemas of the daemon's custom requests into ``protocol/schemas/``, and the MCP
 server's tool list (``slayer-lsp mcp``) into ``protocol/mcp-tools.json``.
 
-Each schema is ``msgspec.json.schema`` of the msgspec type the server decodes or encodes, so the
-schemas cannot drift from the code: ``tests/test_protocol.py`` (and ``tests/mcp/test_mcp_tools_file.py``
+Each schema is ``msgspec.json.schema`` of the msgspec type the server decodes or encodes (the types
+named in its request table, ``slayer_lsp.lsp.custom_requests``), so the schemas cannot drift from
+the code: ``tests/test_protocol.py`` (and ``tests/mcp/test_mcp_tools_file.py``
 for the tool list) fails when a file here is out of date. Run ``python protocol/generate.py`` after
 changing a wire type (``--check`` only compares).
 """
@@ -22,27 +23,16 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def types() -> dict[str, tuple[str, type]]:
-    """File stem -> (title, msgspec type), for each method's params and result."""
-    from slayer_lsp import protocol_types as p
-    from slayer_lsp.search.facet_ranking import SearchFacetsParams, SearchFacetsResponse
-    from slayer_lsp.search.types import SearchParams, SearchResponse
+    """File stem -> (title, msgspec type), for each method's params and result: the types of the
+    server's request table, the very ones it decodes params with."""
+    from slayer_lsp.lsp.custom_requests import CUSTOM_REQUESTS
 
-    return {
-        "slayer-search.params": ("slayer/search params", SearchParams),
-        "slayer-search.result": ("slayer/search result", SearchResponse),
-        "slayer-inspect.params": ("slayer/inspect params", p.InspectParams),
-        "slayer-inspect.result": ("slayer/inspect result", p.InspectResult),
-        "slayer-status.params": ("slayer/status params", p.StatusParams),
-        "slayer-status.result": ("slayer/status result", p.ServerStatus),
-        "slayer-saveMemory.params": ("slayer/saveMemory params", p.SaveMemoryParams),
-        "slayer-saveMemory.result": ("slayer/saveMemory result", p.SaveMemoryResult),
-        "slayer-forgetMemory.params": ("slayer/forgetMemory params", p.ForgetMemoryParams),
-        "slayer-forgetMemory.result": ("slayer/forgetMemory result", p.ForgetMemoryResult),
-        "slayer-searchFacets.params": ("slayer/searchFacets params", SearchFacetsParams),
-        "slayer-searchFacets.result": ("slayer/searchFacets result", SearchFacetsResponse),
-        "slayer-impact.params": ("slayer/impact params", p.ImpactParams),
-        "slayer-impact.result": ("slayer/impact result", p.ImpactResult),
-    }
+    out: dict[str, tuple[str, type]] = {}
+    for request in CUSTOM_REQUESTS:
+        stem = request.method.replace("/", "-")
+        out[f"{stem}.params"] = (f"{request.method} params", request.params)
+        out[f"{stem}.result"] = (f"{request.method} result", request.result)
+    return out
 
 
 def render() -> dict[str, str]:

@@ -3,8 +3,10 @@
 ``slayer/search`` is described by ``search.types`` and ``slayer/inspect``'s items by
 ``analysis.inspect``; this module adds the rest: inspect's params and located items, the status
 the server reports (``status.StatusReport`` plus what only the server knows), and the memory writes.
-``protocol/generate.py`` turns all of them into the JSON Schemas of ``protocol/schemas``. Field
-names are the wire names; a client should ignore fields it does not know (results may grow).
+``protocol/generate.py`` turns the types of the server's request table (``lsp.custom_requests``)
+into the JSON Schemas of ``protocol/schemas``, and the server decodes params with the same types,
+so the schemas say exactly what it accepts. Field names are the wire names; a client should ignore
+fields it does not know (results may grow).
 """
 
 from __future__ import annotations
@@ -36,11 +38,38 @@ class Location(msgspec.Struct, kw_only=True):
     range: Range
 
 
+MAX_INSPECT_REFS = 1000  # references per slayer/inspect request
+
+
 class InspectParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """``refs``: references as a user would type them (``orders.amount``, ``sum(orders.amount)``,
-    ``memory:3``). The server also accepts ``reference`` or ``references``, and a single string."""
+    """The MCP ``inspect`` tool's arguments. ``refs``: references as a user would type them
+    (``orders.amount``, ``sum(orders.amount)``, ``memory:3``)."""
 
     refs: list[str]
+
+
+class InspectRequestParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``slayer/inspect``: ``refs``, references as a user would type them (``orders.amount``,
+    ``sum(orders.amount)``, ``memory:3``), a list or a single string; ``references`` and
+    ``reference`` are other names for it (``refs`` wins, then ``references``). At most 1000
+    references (``MAX_INSPECT_REFS``)."""
+
+    refs: list[str] | str | msgspec.UnsetType = msgspec.UNSET
+    references: list[str] | str | msgspec.UnsetType = msgspec.UNSET
+    reference: list[str] | str | msgspec.UnsetType = msgspec.UNSET
+
+    def wanted(self) -> list[str]:
+        """The references asked for; ``ValueError`` when there are none or too many."""
+        wanted: list[str] = []
+        for given in (self.refs, self.references, self.reference):
+            if not isinstance(given, msgspec.UnsetType):
+                wanted = [given] if isinstance(given, str) else list(given)
+                break
+        if not wanted:
+            raise ValueError("'refs' must be a non-empty list of strings")
+        if len(wanted) > MAX_INSPECT_REFS:
+            raise ValueError(f"{len(wanted)} references; at most {MAX_INSPECT_REFS} per request")
+        return wanted
 
 
 class LocatedInspectItem(InspectItem, kw_only=True, omit_defaults=True):
@@ -130,6 +159,19 @@ class SaveMemoryParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     id: str | int | None = None
     description: str | None = None
 
+    def links(self) -> tuple[list[str] | None, dict[str, Any] | None]:
+        """(entities, query) to tag the memory with, whichever spelling was used; ``ValueError``
+        when both spellings or neither are given."""
+        entities, query = self.entities, self.query
+        if self.linked_entities is not None:
+            if entities is not None or query is not None:
+                raise ValueError("give 'linked_entities' or 'entities'/'query', not both")
+            linked = self.linked_entities
+            entities, query = (None, linked) if isinstance(linked, dict) else (linked, None)
+        if entities is None and query is None:
+            raise ValueError("give 'entities' (a list of references) or 'query' (an object)")
+        return entities, query
+
 
 class SaveMemoryResult(msgspec.Struct, kw_only=True):
     id: str
@@ -153,11 +195,12 @@ class ImpactParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     entity: str
 
 
-class ImpactUse(msgspec.Struct, kw_only=True):
+class ImpactUse(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One dependent: a query or memory file (``name`` is its URI, or ``memory:<id>``), a measure or
     aggregation (its canonical id), a join (``ds.model → target``) or a model's filters. ``target`` is
     the entity it names; ``via`` the chain from the asked entity to it (empty when direct). A query
-    file that names the entity several times appears once per mention."""
+    file that names the entity several times appears once per mention. ``location`` is absent when
+    the dependent has none."""
 
     kind: str
     name: str

@@ -107,22 +107,32 @@ def test_watch_quiet_ms(monkeypatch, value, expected):
     assert watch_quiet_ms() == expected
 
 
-@pytest.mark.parametrize("kind, store_side", [("invalid", False), ("unresolved", False), ("stale", True),
-                                               ("busy", True), ("store", True)])
-def test_write_errors_name_the_culprit(kind, store_side):
-    """The writer's error kind, never its message, decides whose fault a refused write is: -32602
-    for the request, -32803 (RequestFailed) for the store."""
+def test_write_errors_name_the_culprit():
+    """The writer's kind picks the code (never the message): the request's fault is -32602, the
+    store's -32803."""
+    import sqlite3
+
     from lsprotocol import types as t
     from pygls.exceptions import JsonRpcInvalidParams
 
-    from slayer_lsp.lsp.server import _write_error
-    from slayer_lsp.writer.errors import MemoryWriteError, WriteErrorKind
-    from slayer_lsp.writer.scoped import WriteRefused
+    from slayer_lsp.lsp.errors import WRITE_ERROR_CODES, write_error
+    from slayer_lsp.writer.errors import WriteErrorKind
+    from slayer_lsp.writer.memories import MemoryWriteError
 
-    refused = WriteRefused.of(MemoryWriteError("cannot resolve 'x': nope", kind=WriteErrorKind(kind)))
-    answer = _write_error("slayer/saveMemory", refused)
-    assert answer.message == "slayer/saveMemory: cannot resolve 'x': nope"
-    if store_side:
-        assert answer.code == t.LSPErrorCodes.RequestFailed.value
-    else:
-        assert isinstance(answer, JsonRpcInvalidParams)
+    assert set(WRITE_ERROR_CODES) == set(WriteErrorKind)
+
+    bad = write_error("slayer/saveMemory", MemoryWriteError("cannot resolve 'x': nope", reference="x",
+                                                            kind=WriteErrorKind.UNRESOLVED))
+    assert isinstance(bad, JsonRpcInvalidParams) and bad.message == "slayer/saveMemory: cannot resolve 'x': nope"
+    for exc in (MemoryWriteError("timed out after 30s waiting for /s/memories.lock", kind=WriteErrorKind.BUSY),
+                MemoryWriteError("no SLayer YAML store at /s", kind=WriteErrorKind.STORE)):
+        assert write_error("m", exc).code == t.LSPErrorCodes.RequestFailed.value
+    try:
+        raise MemoryWriteError("cannot write /s/memories/1.md: Read-only file system (EROFS)",
+                               kind=WriteErrorKind.STORE) from OSError(30, "ro")
+    except MemoryWriteError as exc:
+        assert write_error("m", exc).code == t.LSPErrorCodes.RequestFailed.value
+    try:
+        raise MemoryWriteError("database is locked", kind=WriteErrorKind.BUSY) from sqlite3.OperationalError("locked")
+    except MemoryWriteError as exc:
+        assert write_error("m", exc).code == t.LSPErrorCodes.RequestFailed.value
