@@ -43,8 +43,9 @@ class CompletionResult:
 
 
 @dataclass(frozen=True, slots=True)
-class Scope:
-    """Which entities completion may offer (empty tuples = all)."""
+class CompletionFilter:
+    """Which entities completion may offer (empty tuples = all). Not the session's scope
+    (``reach.scope.Scope``): that is applied to the catalog before completion sees it."""
 
     datasources: tuple[str, ...] = ()
     access_tags: tuple[str, ...] = ()
@@ -66,9 +67,9 @@ class CompletionIndex:
     """Visible children per parent, join neighbours per model, model names, memories: each built
     on first use for one catalog snapshot (thread-safe; a lost race builds a list twice)."""
 
-    def __init__(self, catalog: Catalog, scope: Scope = Scope()):
+    def __init__(self, catalog: Catalog, only: CompletionFilter = CompletionFilter()):
         self.catalog = catalog
-        self.scope = scope
+        self.only = only
         self._children: dict[str, tuple[CompletionItemData, ...]] = {}
         self._joins: dict[str, tuple[CompletionItemData, ...]] | None = None
         self._reverse: dict[str, list[tuple[str, d.Join]]] | None = None
@@ -82,9 +83,9 @@ class CompletionIndex:
     def visible_model(self, model: d.Model | None) -> bool:
         if model is None or model.hidden:
             return False
-        if self.scope.datasources and (model.data_source or "") not in self.scope.datasources:
+        if self.only.datasources and (model.data_source or "") not in self.only.datasources:
             return False
-        if self.scope.access_tags and model.access_tags and not set(model.access_tags) & set(self.scope.access_tags):
+        if self.only.access_tags and model.access_tags and not set(model.access_tags) & set(self.only.access_tags):
             return False
         return True
 
@@ -206,7 +207,7 @@ class CompletionIndex:
         if self._datasources is None:
             items = []
             for i, (name, ds) in enumerate(self.catalog.datasources.items()):
-                if self.scope.datasources and name not in self.scope.datasources:
+                if self.only.datasources and name not in self.only.datasources:
                     continue
                 items.append(CompletionItemData(name, "datasource", _detail(ds.type, first_line(ds.description)),
                                                 f"{_GROUP['datasource']}{i:06d}", name, name))
@@ -230,16 +231,16 @@ _INDEX_LOCK = threading.Lock()
 _INDEX: CompletionIndex | None = None
 
 
-def index_for(catalog: Catalog, scope: Scope = Scope()) -> CompletionIndex:
-    """The index of this snapshot (one slot: a new generation or scope replaces it)."""
+def index_for(catalog: Catalog, only: CompletionFilter = CompletionFilter()) -> CompletionIndex:
+    """The index of this snapshot (one slot: a new generation or filter replaces it)."""
     global _INDEX
     idx = _INDEX
-    if idx is not None and idx.catalog is catalog and idx.scope == scope:
+    if idx is not None and idx.catalog is catalog and idx.only == only:
         return idx
     with _INDEX_LOCK:
         idx = _INDEX
-        if idx is None or idx.catalog is not catalog or idx.scope != scope:
-            idx = CompletionIndex(catalog, scope)
+        if idx is None or idx.catalog is not catalog or idx.only != only:
+            idx = CompletionIndex(catalog, only)
             _INDEX = idx
         return idx
 
@@ -273,12 +274,12 @@ def _split(prefix: str, ctx: dm.CursorContext, sep: str = ".") -> tuple[str, str
 
 
 def complete(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
-             scope: Scope = Scope()) -> CompletionResult | None:
+             only: CompletionFilter = CompletionFilter()) -> CompletionResult | None:
     """Completion items at a position (code points), or None when the cursor is on no reference."""
     ctx = dm.context_at(doc, line, col)
     if ctx is None:
         return None
-    idx = index_for(catalog, scope)
+    idx = index_for(catalog, only)
     if ctx.on_key:
         present = set()
         stage = doc.stages[ctx.stage] if ctx.stage is not None and ctx.stage < len(doc.stages) else None

@@ -803,10 +803,10 @@ class SlayerLanguageServer(LanguageServer):
             log.exception("%s failed", getattr(fn, "__name__", fn))
             return default
 
-    def scope(self) -> comp.Scope:
+    def scope(self) -> comp.CompletionFilter:
         """Completion's own filter: none, since the engine's catalog already holds only what the
         session's scope reaches (``session_scope``)."""
-        return comp.Scope()
+        return comp.CompletionFilter()
 
     def markdown_ok(self) -> bool:
         caps = self.client_capabilities
