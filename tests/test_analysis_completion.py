@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slayer_lsp.analysis import completion as comp
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 
 ORDERS_LEAVES = ["id", "customer_id", "store_id", "ordered_at", "status", "subtotal", "tax_paid", "order_total",
                  "discount_code", "total_revenue", "avg_nonzero"]

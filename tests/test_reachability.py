@@ -232,7 +232,7 @@ def test_load_issues_follow_the_scope(store):
 ])
 def test_hidden_names_get_no_hover_definition_or_completion(marked):
     from slayer_lsp.analysis import completion, hover, navigation
-    from slayer_lsp.analysis import documents as dm
+    from slayer_lsp.analysis import parsed_file as dm
 
     cat = load_catalog(YAML_STORE)
     kind = "memory" if marked.startswith("---") else "query"
@@ -248,8 +248,8 @@ def test_hidden_names_get_no_hover_definition_or_completion(marked):
 
 
 def test_a_model_file_still_hovers_its_own_hidden_column():
-    from slayer_lsp.analysis import documents as dm
     from slayer_lsp.analysis import hover
+    from slayer_lsp.analysis import parsed_file as dm
 
     path = YAML_STORE / "models" / "jaffle" / "customers.yaml"
     text = path.read_text()

@@ -1,7 +1,7 @@
 """Completion: what may be typed at the cursor, from the catalog snapshot.
 
 The cursor's context (which field, the reference typed so far, the call around it) comes from the
-tolerant scanner in ``documents``, so completion works on text that does not parse. Candidates come
+tolerant scanner in ``parsed_file``, so completion works on text that does not parse. Candidates come
 from a per-snapshot index whose lists are built lazily, one parent at a time, and reused until the
 catalog changes: a request on a store with 100k ids touches only the lists it needs. Hidden
 entities never appear.
@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import resolve, stage_source
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.store import documents as d

@@ -10,7 +10,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import Binding, StageInfo, bind_document, resolve
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import is_memory_ref

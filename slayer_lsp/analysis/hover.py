@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import bind_ref
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.store import documents as d

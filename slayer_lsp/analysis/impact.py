@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import bind_all, resolve
 from slayer_lsp.analysis.navigation import FILES, LocationData, entity_location
 from slayer_lsp.analysis.workspace import WorkspaceDoc
@@ -100,7 +100,7 @@ class _StoreGraph:
 
 
 def _formula_targets(text: str, catalog: Catalog, model: str) -> Iterable[str]:
-    for tok in dm.formula_tokens(text):
+    for tok in dm.scan_formula(text):
         if tok.is_call:
             cand = f"{model}.{tok.text}"
             if catalog.kind_of(cand) == "aggregation":

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import bind_all, bind_ref
 from slayer_lsp.analysis.hover import hides
 from slayer_lsp.catalog import Catalog

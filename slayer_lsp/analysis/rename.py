@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import Binding, bind_all, resolve, stage_source
 from slayer_lsp.analysis.impact import ENTITY_KINDS, ImpactError, check_entity
 from slayer_lsp.analysis.navigation import FILES

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.store.safefs import read_text_file
 
 SKIP_DIRS = frozenset({"node_modules", "__pycache__", ".git", ".venv", "venv"})

@@ -194,7 +194,7 @@ def documents_to_check(paths: Iterable[str], location: Any) -> list[tuple[str, s
 def diagnose_file(path: str, kind: str, catalog: Any, location: Any) -> list[Any]:
     """The diagnostics the language server publishes for this file when it is opened unchanged."""
     from slayer_lsp.analysis import diagnostics as diag
-    from slayer_lsp.analysis import documents as dm
+    from slayer_lsp.analysis import parsed_file as dm
     from slayer_lsp.analysis.store_checks import is_store_file
     from slayer_lsp.store.safefs import Refused, read_file
 
@@ -241,7 +241,7 @@ def run_impact(entities: list[str], paths: list[str], storage: str | None, cwd: 
                scope: Any = None) -> Report:
     """What uses each entity (``analysis.impact``, the editor's own answer), one finding per use at
     its location. An entity the store does not have is a usage error."""
-    from slayer_lsp.analysis import documents as dm
+    from slayer_lsp.analysis import parsed_file as dm
     from slayer_lsp.analysis.impact import ImpactError, impact
     from slayer_lsp.analysis.store_checks import is_store_file
     from slayer_lsp.analysis.workspace import WorkspaceDoc
