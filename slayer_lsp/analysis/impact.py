@@ -24,9 +24,11 @@ from slayer_lsp.analysis.navigation import FILES, LocationData, entity_location
 from slayer_lsp.analysis.workspace import WorkspaceDoc
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import is_memory_ref, memory_ref
+from slayer_lsp.catalog.snapshot import ENTITY_KINDS
 
 KINDS = ("query", "memory", "measure", "aggregation", "join", "model")  # the kinds of a dependent, in lens order
-ENTITY_KINDS = ("datasource", "model", "column", "measure", "aggregation")
+# what impact and rename may be asked about: every entity of the catalog but a memory
+IMPACT_KINDS = tuple(kind for kind in ENTITY_KINDS if kind != "memory")
 _PLURAL = {"query": "queries", "memory": "memories", "measure": "measures", "aggregation": "aggregations",
            "join": "joins", "model": "models"}
 
@@ -278,7 +280,7 @@ def check_entity(catalog: Catalog, entity: str) -> str:
     kind = catalog.kind_of(entity)
     if kind is None:
         raise ImpactError(f"'{entity}' is not a canonical id of the store (datasource, ds.model or ds.model.leaf)")
-    if kind not in ENTITY_KINDS:
+    if kind not in IMPACT_KINDS:
         raise ImpactError(f"'{entity}' is a {kind}; impact is known for datasources, models, columns, "
                           f"measures and aggregations")
     return kind

@@ -32,7 +32,7 @@ import yaml
 
 from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import Binding, bind_all, resolve, stage_source
-from slayer_lsp.analysis.impact import ENTITY_KINDS, ImpactError, check_entity
+from slayer_lsp.analysis.impact import IMPACT_KINDS, ImpactError, check_entity
 from slayer_lsp.analysis.navigation import FILES
 from slayer_lsp.analysis.workspace import WorkspaceDoc
 from slayer_lsp.catalog import Catalog
@@ -320,7 +320,7 @@ def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[Wor
         kind = check_entity(catalog, entity)
     except ImpactError as exc:
         raise RenameError(str(exc)) from exc
-    assert kind in ENTITY_KINDS
+    assert kind in IMPACT_KINDS
     check_new_name(catalog, entity, kind, new_name)
     new_entity = renamed(entity, new_name)
     if catalog.location.backend != "yaml":
