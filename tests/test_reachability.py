@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from slayer_lsp.catalog import Catalog, load_catalog
-from slayer_lsp.reach.scope import Reach, Scope, restrict
+from slayer_lsp.reach.reachable import Reach, restrict
+from slayer_lsp.reach.scope import Scope
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.reader import PRIORITY_KEY, StoreReader
 
