@@ -609,7 +609,7 @@ def test_yaml_permission_errors(yaml_store, monkeypatch):
     def denied(*_args, **_kwargs):
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(writer.tempfile, "mkstemp", denied)
+    monkeypatch.setattr(store_files.tempfile, "mkstemp", denied)
     with pytest.raises(MemoryWriteError, match=r"Permission denied \(EACCES\)"):
         save_memory(loc, cat, learning="x", entities=["orders"])
     monkeypatch.undo()
