@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import is_memory_ref
+from slayer_lsp.catalog.ids import is_memory_ref, name_of, parent_of, split_model_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,11 +172,11 @@ def _bind_known(ref: dm.Reference, catalog: Catalog) -> Binding:
     if ref.role == dm.DEFINITION:
         return Binding(ref, skipped=True, note="not in the store yet (unsaved)")
     if ref.role == dm.JOIN_TARGET and c is not None:
-        ds, _, name = c.partition(".")
+        ds, name = split_model_id(c)
         return Binding(ref, None, (), f"No model '{name}' in datasource '{ds}'.", "EntityResolutionError")
     if ref.role == dm.JOIN_KEY and c is not None:
-        owner, _, leaf = c.rpartition(".")
-        if owner not in catalog:
+        owner, leaf = parent_of(c), name_of(c)
+        if owner is None or owner not in catalog:
             return Binding(ref, skipped=True, note="the joined model is unknown")
         return Binding(ref, None, (), f"No column '{leaf}' on model '{owner}'.", "EntityResolutionError")
     return Binding(ref, skipped=True)

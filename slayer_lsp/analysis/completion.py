@@ -16,6 +16,14 @@ from dataclasses import dataclass
 from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import resolve, stage_source
 from slayer_lsp.catalog import Catalog
+from slayer_lsp.catalog.ids import (
+    MEMORY_PREFIX,
+    datasource_of,
+    is_memory_ref,
+    memory_id_of,
+    memory_ref,
+    name_of,
+)
 from slayer_lsp.store import documents as d
 
 MAX_ITEMS = 500  # beyond this the list is cut to matches of the typed text and marked incomplete
@@ -117,7 +125,7 @@ class CompletionIndex:
         return out
 
     def _leaf_item(self, kind: str, obj: object, canonical: str, i: int) -> CompletionItemData:
-        name = canonical.rsplit(".", 1)[-1]
+        name = name_of(canonical)
         if isinstance(obj, d.Column):
             detail = _detail(obj.type + (" · primary key" if obj.primary_key else ""),
                              first_line(obj.description) or obj.label)
@@ -222,7 +230,7 @@ class CompletionIndex:
                 if mem is None:
                     continue
                 items.append(CompletionItemData(mid, "memory", first_line(mem.description or mem.learning),
-                                                f"{_GROUP['memory']}{i:06d}", mid, f"memory:{mid}"))
+                                                f"{_GROUP['memory']}{i:06d}", mid, memory_ref(mid)))
             self._memories = tuple(items)
         return self._memories
 
@@ -301,7 +309,7 @@ def complete(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
             return _finish(idx.models(), seg, span)
         return _finish(idx.children(parent), seg, span)
     if role == dm.JOIN_TARGET:
-        ds = (doc.model_id or "").split(".")[0]
+        ds = datasource_of(doc.model_id or "")
         return _finish(idx.children(ds), prefix, ctx.start)
     if role == dm.JOIN_KEY:
         return _complete_join_key(doc, idx, ctx)
@@ -312,7 +320,7 @@ def complete(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
     else:
         stage = doc.stages[ctx.stage] if ctx.stage is not None and ctx.stage < len(doc.stages) else None
         source, _ = stage_source(stage, catalog)
-    if prefix.startswith("memory:"):
+    if is_memory_ref(prefix):
         return None
     parent, seg, span = _split(prefix, ctx)
     if parent:
@@ -360,16 +368,16 @@ def _model_members(idx: CompletionIndex, model_id: str, call: str | None) -> lis
 
 def _complete_canonical(idx: CompletionIndex, prefix: str, ctx: dm.CursorContext,
                         with_memory: bool) -> CompletionResult:
-    if with_memory and prefix.startswith("memory:"):
-        seg = prefix[len("memory:"):]
+    if with_memory and is_memory_ref(prefix):
+        seg = memory_id_of(prefix)
         span = dm.Span(ctx.start.line, ctx.start.end - len(seg), ctx.start.end)
         return _finish(idx.memories(), seg, span)
     parent, seg, span = _split(prefix, ctx)
     if not parent:
         items = list(idx.datasources())
         if with_memory:
-            items.append(CompletionItemData("memory:", "memory", "a memory: memory:<id>",
-                                            f"{_GROUP['memory']}000000", "memory:"))
+            items.append(CompletionItemData(MEMORY_PREFIX, "memory", "a memory: memory:<id>",
+                                            f"{_GROUP['memory']}000000", MEMORY_PREFIX))
         return _finish(items, seg, span)
     return _finish(idx.children(parent), seg, span)
 

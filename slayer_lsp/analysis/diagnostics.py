@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import Binding, StageInfo, bind_document, resolve
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import is_memory_ref
+from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref, name_of
 
 ERROR, WARNING, INFORMATION, HINT = "error", "warning", "information", "hint"
 
@@ -82,7 +82,7 @@ def suggest(text: str, catalog: Catalog, source: object | None = None, *, heads:
     idx = index_for(catalog)
     if is_memory_ref(text):
         ids = list(catalog.memory_order)
-        return ["memory:" + m for m in _close(text[len("memory:"):], ids)]
+        return [memory_ref(m) for m in _close(memory_id_of(text), ids)]
     parent, _, last = text.rpartition(".")
     if parent:
         target, _, _, _ = resolve(parent, catalog, source)
@@ -111,7 +111,7 @@ def suggest(text: str, catalog: Catalog, source: object | None = None, *, heads:
 def suggest_canonical(text: str, catalog: Catalog) -> list[str]:
     """Canonical ids close to a stale tag, by segment: what resolves today first, then spelling."""
     if is_memory_ref(text):
-        return ["memory:" + m for m in _close(text[len("memory:"):], list(catalog.memory_order))]
+        return [memory_ref(m) for m in _close(memory_id_of(text), list(catalog.memory_order))]
     parts = text.split(".")
     from slayer_lsp.analysis.completion import index_for
 
@@ -123,7 +123,7 @@ def suggest_canonical(text: str, catalog: Catalog) -> list[str]:
             prefix = cand
             continue
         if prefix:
-            names = [c.rsplit(".", 1)[-1] for c in catalog.children(prefix)]
+            names = [name_of(c) for c in catalog.children(prefix)]
         else:
             names = [ds.label for ds in idx.datasources()]
         rest = parts[i + 1:]

@@ -23,7 +23,7 @@ from slayer_lsp.analysis.binding import bind_all, resolve
 from slayer_lsp.analysis.navigation import FILES, LocationData, entity_location
 from slayer_lsp.analysis.workspace import WorkspaceDoc
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import is_memory_ref, memory_ref
+from slayer_lsp.catalog.ids import datasource_of, is_memory_ref, memory_ref, parent_of
 from slayer_lsp.catalog.snapshot import ENTITY_KINDS
 
 KINDS = ("query", "memory", "measure", "aggregation", "join", "model")  # the kinds of a dependent, in lens order
@@ -135,7 +135,7 @@ def _memory_document(catalog: Catalog, mid: str) -> tuple[dm.ParsedDocument | No
 def _build_store_graph(catalog: Catalog) -> _StoreGraph:
     g = _StoreGraph(catalog)
     for mid, model in catalog.models.items():
-        ds = mid.split(".", 1)[0]
+        ds = datasource_of(mid)
         for m in model.measures:
             if not m.name:
                 continue
@@ -215,7 +215,7 @@ def _model_of(canonical: str, catalog: Catalog) -> str | None:
     if kind == "model":
         return canonical
     if kind in ("column", "measure", "aggregation"):
-        return canonical.rsplit(".", 1)[0]
+        return parent_of(canonical)
     return None
 
 

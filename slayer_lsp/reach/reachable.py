@@ -43,7 +43,15 @@ from typing import Any
 
 import msgspec
 
-from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref
+from slayer_lsp.catalog.ids import (
+    datasource_of,
+    is_memory_ref,
+    memory_id_of,
+    memory_ref,
+    model_of,
+    name_of,
+    split_model_id,
+)
 from slayer_lsp.catalog.snapshot import Catalog, Delta, Entity, entity_differs
 from slayer_lsp.reach.scope import Scope
 from slayer_lsp.store import documents as d
@@ -164,7 +172,7 @@ class _Joins:
     def walk(self, start: str, path: tuple[str, ...], reads: set[str]) -> None:
         """Every model the segments of ``path`` may pass through, from ``start``, into ``reads``; a
         segment naming a model of the datasource outright counts as a read too."""
-        ds = start.split(".", 1)[0]
+        ds = datasource_of(start)
         frontier = {start}
         for token in path:
             direct = f"{ds}.{token}"
@@ -195,7 +203,7 @@ def _reads(mid: str, facts: _ModelFacts, joins: _Joins, by_name: Mapping[str, tu
     reads: set[str] = set()
     for path in facts.paths:
         joins.walk(mid, path, reads)
-    ds = mid.split(".", 1)[0]
+    ds = datasource_of(mid)
     for source, paths in facts.stages:
         starts = _holders(joins.models, by_name, source, ds) if source else []
         reads.update(starts)
@@ -244,10 +252,10 @@ def _words(value: Any, out: set[str]) -> set[str]:
 def _shape(catalog: Catalog, mid: str) -> set[tuple[str, str]] | None:
     """What a model gives meaning to in a query: its leaves ``("", leaf)`` and its joins
     ``(name, target)``; None when the model does not exist."""
-    model = catalog.model(*mid.split(".", 1))
+    model = catalog.model(*split_model_id(mid))
     if model is None:
         return None
-    shape = {("", c.rsplit(".", 1)[-1]) for c in catalog.children(mid)}
+    shape = {("", name_of(c)) for c in catalog.children(mid)}
     shape.update((j.name or "", j.target_model) for j in model.joins)
     return shape
 
@@ -270,7 +278,7 @@ def _joins_of(catalog: Catalog) -> _Joins:
 def _same_reads(before: Catalog, after: Catalog, mid: str) -> bool:
     """Whether an edited model leaves every model's reachability as it was: it exists in both,
     with the same datasource, tags, joins and join paths in its definitions."""
-    old, new = before.model(*mid.split(".", 1)), after.model(*mid.split(".", 1))
+    old, new = before.model(*split_model_id(mid)), after.model(*split_model_id(mid))
     if old is None or new is None:
         return False
     return (old.data_source, old.access_tags) == (new.data_source, new.access_tags) and \
@@ -290,16 +298,16 @@ class _Judge:
 
     def entity(self, canonical: str) -> bool | None:
         """True reachable, False unreachable (existing, or stale but outside the scope), None stale."""
-        parts = canonical.split(".", 2)
+        model = model_of(canonical)
         ent = self.full.entities.get(canonical)
         if ent is not None:
             if ent.kind == "datasource":
                 return self.scope.admits_datasource(canonical)
-            return f"{parts[0]}.{parts[1]}" in self.models
-        if not self.scope.admits_datasource(parts[0]):
+            return model in self.models
+        if not self.scope.admits_datasource(datasource_of(canonical)):
             return False
-        if len(parts) >= 2 and f"{parts[0]}.{parts[1]}" in self.full.entities:
-            return f"{parts[0]}.{parts[1]}" in self.models
+        if model is not None and model in self.full.entities:
+            return model in self.models
         return None
 
     def unreachable_word(self, word: str) -> bool:
@@ -321,8 +329,7 @@ class _Judge:
                 links.append(memory_id_of(tag))
                 deps.add("m:" + memory_id_of(tag))
                 continue
-            parts = tag.split(".", 2)
-            deps.add(parts[0] if len(parts) == 1 else f"{parts[0]}.{parts[1]}")
+            deps.add(model_of(tag) or tag)  # a leaf's verdict is its model's
             verdict = self.entity(tag)
             blocked |= verdict is False
             anchored |= verdict is True
@@ -380,8 +387,9 @@ class _Judge:
                 blocked = any(self.unreachable_word(w) for w in _words(ref.text, set()))
                 continue
             verdict = self.entity(canonical)
-            if "." in canonical:
-                self._read.add(".".join(canonical.split(".", 2)[:2]))
+            model = model_of(canonical)
+            if model is not None:
+                self._read.add(model)
             blocked |= verdict is False
             anchored |= verdict is True
             if source is not None and not blocked:
@@ -413,11 +421,9 @@ def _doc_keys(canonicals: Iterable[str]) -> set[DocKey]:
     for c in canonicals:
         if is_memory_ref(c):
             keys.add(DocKey("memory", memory_id_of(c)))
-        elif "." not in c:
-            keys.add(DocKey("datasource", c))
         else:
-            ds, model = c.split(".", 2)[:2]
-            keys.add(DocKey("model", f"{ds}.{model}"))
+            model = model_of(c)
+            keys.add(DocKey("datasource", c) if model is None else DocKey("model", model))
     return keys
 
 
@@ -502,13 +508,13 @@ class Reach:
             keys.update((mid, "r:" + mid))  # memories tagging it; queries that resolved into or through it
             shapes = [_shape(cat, mid) for cat in (full, prev_full)]
             if (shapes[0] is None) != (shapes[1] is None):  # appeared or vanished: any word may move
-                words = {mid.split(".", 1)[1]}.union(*(_shape_words(sh) for sh in shapes if sh is not None))
+                words = {name_of(mid)}.union(*(_shape_words(sh) for sh in shapes if sh is not None))
                 words.update(w for declaring, j in _joins_of(full).incoming.get(mid, ())
-                             for w in (j.name, declaring.split(".", 1)[1]) if w)
+                             for w in (j.name, name_of(declaring)) if w)
             else:
                 words = _shape_words(shapes[0] ^ shapes[1])  # type: ignore[operator]
                 if mid in flipped:  # a bare name is judged by its holders' reachability
-                    words.add(mid.split(".", 1)[1])
+                    words.add(name_of(mid))
             keys.update("w:" + w for w in words)
         return {m for k in keys for m in self._deps.get(k, ())}
 
@@ -667,7 +673,7 @@ class Reach:
         for key in list(self._pruned):
             if key.name not in models:
                 del self._pruned[key]
-        for ds in changed_ds | {mid.split(".", 1)[0] for mid in affected}:
+        for ds in changed_ds | {datasource_of(mid) for mid in affected}:
             key = DocKey("datasource", ds)
             entities.pop(ds, None)
             docs.pop(key, None)
@@ -682,7 +688,7 @@ class Reach:
             if kids is not None:
                 kept_kids = tuple(k for k in kids if k in models)
                 children[ds] = kids if len(kept_kids) == len(kids) else kept_kids
-        for name in {mid.split(".", 1)[1] for mid in affected}:
+        for name in {name_of(mid) for mid in affected}:
             dss = full.models_by_name.get(name, ())
             kept_ds = tuple(ds for ds in dss if f"{ds}.{name}" in models)
             if kept_ds:
@@ -741,8 +747,8 @@ def _frozen(new: dict, old: dict, old_view: Mapping) -> Mapping:
 def _issue_datasource(issue: LoadIssue) -> str | None:
     src = issue.source
     if src.table is not None:
-        if src.table == "models" and src.row and "." in src.row:
-            return src.row.split(".", 1)[0]
+        if src.table == "models" and src.row and model_of(src.row) is not None:
+            return datasource_of(src.row)  # a model row's key is its model id
         if src.table == "datasources" and src.row:
             return src.row
         return None
