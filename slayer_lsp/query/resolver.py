@@ -268,11 +268,11 @@ def _updated_index(catalog: Catalog, old_facts: dict[object, _ModelFacts],
             owners[leaf] = by_ds
         else:
             owners.pop(leaf, None)
-    for key, entries in touched_incoming.items():
+    for ds_target, entries in touched_incoming.items():
         if entries:
-            incoming[key] = tuple(entries)
+            incoming[ds_target] = tuple(entries)
         else:
-            incoming.pop(key, None)
+            incoming.pop(ds_target, None)
     return new_facts, _Index(owners, incoming)
 
 
