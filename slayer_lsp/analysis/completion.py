@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slayer_lsp.analysis import parsed_file as dm
-from slayer_lsp.analysis.binding import resolve, stage_source
+from slayer_lsp.analysis.binding import ModelContext, context_id, resolve, stage_source
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import (
     MEMORY_PREFIX,
@@ -24,6 +24,7 @@ from slayer_lsp.catalog.ids import (
     memory_ref,
     name_of,
 )
+from slayer_lsp.query.resolver import SourceModel
 from slayer_lsp.store import documents as d
 
 MAX_ITEMS = 500  # beyond this the list is cut to matches of the typed text and marked incomplete
@@ -315,8 +316,9 @@ def complete(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
         return _complete_join_key(doc, idx, ctx)
 
     # references relative to a model: the query's source model, or the model a model file declares
+    source: ModelContext | None
     if role == dm.MODEL_FORMULA:
-        source = doc.model_id if doc.model_id in catalog else None
+        source = doc.model_id if doc.model_id is not None and doc.model_id in catalog else None
     else:
         stage = doc.stages[ctx.stage] if ctx.stage is not None and ctx.stage < len(doc.stages) else None
         source, _ = stage_source(stage, catalog)
@@ -333,27 +335,26 @@ def complete(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
         if kind == "model":
             return _finish(_model_members(idx, target, ctx.call), seg, span)
         return CompletionResult([], span)
-    items: list[CompletionItemData] = []
-    source_id = getattr(source, "canonical", source)
-    if isinstance(source_id, str) and source_id in catalog:
-        items.extend(_model_members(idx, source_id, ctx.call))
+    offered: list[CompletionItemData] = []
+    source_id = context_id(source)
+    if source_id is not None and source_id in catalog:
+        offered.extend(_model_members(idx, source_id, ctx.call))
         if not ctx.call:
-            items.extend(idx.datasources())
+            offered.extend(idx.datasources())
     else:
-        items.extend(idx.models())
-        items.extend(idx.datasources())
-    return _finish(items, seg, span)
+        offered.extend(idx.models())
+        offered.extend(idx.datasources())
+    return _finish(offered, seg, span)
 
 
-def _path_target(parent: str, catalog: Catalog, source: object | None) -> str | None:
+def _path_target(parent: str, catalog: Catalog, source: ModelContext | None) -> str | None:
     """The model or datasource a typed path leads to: as written (a model, a canonical prefix), else
     walked from the source model (a join name such as ``product`` only means something there)."""
     target, _, _, _ = resolve(parent, catalog, source)
     if target is not None and catalog.kind_of(target) in ("model", "datasource"):
         return target
-    name = getattr(source, "name", None)
-    if name:
-        walked, _, _, _ = resolve(f"{name}.{parent}", catalog, source)
+    if isinstance(source, SourceModel) and source.name:
+        walked, _, _, _ = resolve(f"{source.name}.{parent}", catalog, source)
         if walked is not None and catalog.kind_of(walked) == "model":
             return walked
     return target

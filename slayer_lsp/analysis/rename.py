@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from slayer_lsp.analysis import parsed_file as dm
-from slayer_lsp.analysis.binding import Binding, bind_all, resolve, stage_source
+from slayer_lsp.analysis.binding import Binding, ModelContext, bind_all, resolve, stage_source
 from slayer_lsp.analysis.impact import IMPACT_KINDS, ImpactError, check_entity
 from slayer_lsp.analysis.navigation import FILES
 from slayer_lsp.analysis.workspace import WorkspaceDoc
@@ -157,7 +157,8 @@ def _segment_spans(ref: dm.Reference) -> list[dm.Span | None]:
     segs = ref.text.split(".")
     span = ref.span
     if span.end - span.start == len(ref.text):
-        out, col = [], span.start
+        out: list[dm.Span | None] = []
+        col = span.start
         for s in segs:
             out.append(dm.Span(span.line, col, col + len(s)))
             col += len(s) + 1
@@ -171,7 +172,7 @@ def _segment_spans(ref: dm.Reference) -> list[dm.Span | None]:
     return [None] * (len(segs) - 1) + [tail]
 
 
-def _names_entity(b: Binding, i: int, segs: list[str], catalog: Catalog, source: object | None,
+def _names_entity(b: Binding, i: int, segs: list[str], catalog: Catalog, source: ModelContext | None,
                   entity: str) -> bool:
     if i == len(segs) - 1:
         return b.canonical == entity
@@ -179,7 +180,8 @@ def _names_entity(b: Binding, i: int, segs: list[str], catalog: Catalog, source:
     return canonical == entity
 
 
-def _source(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog, cache: dict) -> object | None:
+def _source(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog,
+            cache: dict[int, ModelContext | None]) -> ModelContext | None:
     if ref.role == dm.MODEL_FORMULA:
         return doc.model_id
     if ref.stage is None or ref.stage >= len(doc.stages):
@@ -425,8 +427,9 @@ def _plan_sqlite(catalog: Catalog, entity: str, kind: str, new_entity: str,
     for memory_id, data in memories:
         where = f"{db} [memories {memory_id!r}]"
         value = _slayer_json(data, where)
-        tags = value.get("entities") if isinstance(value, dict) else None
-        query = value.get("query") if isinstance(value, dict) else None
+        if not isinstance(value, dict):
+            continue  # not a memory SLayer loads: the catalog does not see it either
+        tags, query = value.get("entities"), value.get("query")
         if not isinstance(tags, list) or not isinstance(value.get("learning"), str):
             continue  # not a memory SLayer loads: the catalog does not see it either
         if not any(isinstance(t, str) and is_descendant_or_self(t, entity) for t in tags) \

@@ -113,7 +113,7 @@ def workspace_documents(folders: Iterable[str | Path], open_docs: Mapping[str, t
             if apath in open_paths or apath in seen:
                 continue
             seen.add(apath)
-            doc = cache.parsed(apath, kind)
-            if doc is not None:
-                out.append(WorkspaceDoc(apath, apath, doc, False))
+            saved = cache.parsed(apath, kind)
+            if saved is not None:
+                out.append(WorkspaceDoc(apath, apath, saved, False))
     return out
