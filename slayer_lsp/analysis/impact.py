@@ -94,6 +94,11 @@ def _add(graph: dict[str, list[Dependent]], target: str | None, dep: Dependent) 
 # --------------------------------------------------------------------------- the store's graph
 
 
+def _unordered(a: str, b: str) -> tuple[str, str]:
+    """The key of a pair of models, whichever side joins the other."""
+    return (a, b) if a <= b else (b, a)
+
+
 @dataclass
 class _StoreGraph:
     catalog: Catalog
@@ -160,7 +165,7 @@ def _build_store_graph(catalog: Catalog) -> _StoreGraph:
             for target in targets:
                 if target in catalog:
                     _add(g.edges, target, dep)
-            g.joins_between.setdefault(tuple(sorted((mid, target_model))), []).append(node)  # type: ignore[arg-type]
+            g.joins_between.setdefault(_unordered(mid, target_model), []).append(node)
         filters = list(model.filters) + ([model.default_time_dimension] if model.default_time_dimension else [])
         for target in {t for f in filters for t in _formula_targets(f, catalog, mid)}:
             _add(g.edges, target, Dependent("model", f"{mid} (filters)", None, locate=("entity", mid)))
@@ -206,7 +211,7 @@ def _add_document_uses(edges: dict[str, list[Dependent]], store: _StoreGraph, do
         owner = _model_of(b.canonical, catalog)
         source = _stage_model(doc, b.ref.stage, catalog, sources)
         if owner and source and owner != source:
-            for jn in store.joins_between.get(tuple(sorted((owner, source))), ()):  # type: ignore[arg-type]
+            for jn in store.joins_between.get(_unordered(owner, source), ()):
                 _add(edges, jn, dep)
 
 
