@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from slayer_lsp.catalog import Catalog, Delta
-from slayer_lsp.reach.scope import Reach, Scope
+from slayer_lsp.reach.reachable import Reach
+from slayer_lsp.reach.scope import Scope
 from slayer_lsp.store.locate import StoreLocation, locate
 from slayer_lsp.store.reader import StoreReader
 
@@ -59,7 +60,7 @@ class Engine:
         nothing but questions: the one-shot CLI); "live" (also embed what is missing or changes, in a
         background worker: the daemon). ``parts``: with the dense channel, also keep the part vectors
         (facets, ``embed.parts``) in a second worker, ranked by ``search.facet_ranking``. ``scope``: what the
-        session may reach (``catalog.scope``); every index and analysis then sees only the reachable
+        session may reach (``reach.scope``); every index and analysis then sees only the reachable
         catalog, and the vectors of anything else are never ranked."""
         self.scope = scope or Scope()
         self._reach = None if self.scope.unrestricted else Reach(self.scope)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slayer_lsp.analysis import completion as comp
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 
 ORDERS_LEAVES = ["id", "customer_id", "store_id", "ordered_at", "status", "subtotal", "tax_paid", "order_total",
                  "discount_code", "total_revenue", "avg_nonzero"]
@@ -17,7 +17,7 @@ def run(catalog, marked: str, kind: str = "query", path: str = "q.query.yaml", s
     before = marked[: marked.index("§")]
     line, col = before.count("\n"), len(before.split("\n")[-1])
     doc = dm.parse_document(marked.replace("§", ""), kind, path)
-    return comp.complete(doc, line, col, catalog, scope or comp.Scope())
+    return comp.complete(doc, line, col, catalog, scope or comp.CompletionFilter())
 
 
 def labels(result) -> list[str]:
@@ -95,7 +95,7 @@ def test_items_carry_kind_detail_and_replace_range(yaml_catalog):
 
 
 def test_scope_limits_datasources_and_access_tags(yaml_catalog):
-    scoped = run(yaml_catalog, "source_model: §\n", scope=comp.Scope(datasources=("supplies",)))
+    scoped = run(yaml_catalog, "source_model: §\n", scope=comp.CompletionFilter(datasources=("supplies",)))
     assert labels(scoped) == ["products", "supplies"]
 
 

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from slayer_lsp.analysis import diagnostics as dg
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.catalog import load_catalog
 
 from .conftest import YAML_STORE

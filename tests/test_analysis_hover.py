@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from slayer_lsp.analysis import documents as dm
 from slayer_lsp.analysis import hover as hv
+from slayer_lsp.analysis import parsed_file as dm
 
 
 def run(catalog, marked: str, kind: str = "query", path: str = "q.query.yaml", max_chars: int = 4000):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from slayer_lsp.analysis import documents as dm
 from slayer_lsp.analysis import navigation as nav
+from slayer_lsp.analysis import parsed_file as dm
 
 from .conftest import SQLITE_STORE, YAML_STORE
 

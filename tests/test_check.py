@@ -361,7 +361,7 @@ def test_codes_table():
 
 def test_cli_uses_the_servers_diagnostics(broken):
     """In process: what the check prints for a file is ``diagnostics.diagnose`` of its parse."""
-    from slayer_lsp.analysis import documents as dm
+    from slayer_lsp.analysis import parsed_file as dm
     from slayer_lsp.catalog import load_catalog
 
     path = broken / "repo" / "queries" / "bad.yaml"

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 
 from slayer_lsp.analysis import diagnostics as diag
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis import rename as rn
 from slayer_lsp.analysis.impact import ImpactError, impact
 from slayer_lsp.analysis.inlay import inlay_hints

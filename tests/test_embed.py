@@ -45,7 +45,14 @@ from slayer_lsp.embed.store import SLAYER_KINDS, NewVector, VectorStore, VectorS
 from slayer_lsp.embed.worker import EmbeddingWorker, default_worker
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.locate import StoreLocation
-from slayer_lsp.texts.statements import CatalogItems, EmbedItem, entity_text, facets, memory_text, statements
+from slayer_lsp.texts.statements import (
+    CatalogItems,
+    EmbedItem,
+    entity_text,
+    memory_text,
+    statement_groups,
+    statements,
+)
 from tests.conftest import REPO, SQLITE_STORE, YAML_STORE
 
 # --------------------------------------------------------------------------- helpers
@@ -453,9 +460,9 @@ def test_memory_text_is_slayers():
     assert memory_text(bare) == "Only learning."
 
 
-def test_facets_partition_the_statements(yaml_catalog):
+def test_statement_groups_partition_the_statements(yaml_catalog):
     for ent in yaml_catalog.iter_entities(["column", "measure", "aggregation", "model"]):
-        groups = facets(ent.obj, model=ent.model)
+        groups = statement_groups(ent.obj, model=ent.model)
         assert set(groups) <= set(("about", "type", "values", "logic", "context"))
         sentences = [s for _, s in statements(ent.obj, model=ent.model)]
         joined = " ".join(groups.values())

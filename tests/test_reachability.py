@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from slayer_lsp.catalog import Catalog, load_catalog
-from slayer_lsp.reach.scope import Reach, Scope, restrict
+from slayer_lsp.reach.reachable import Reach, restrict
+from slayer_lsp.reach.scope import Scope
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.reader import PRIORITY_KEY, StoreReader
 
@@ -232,7 +233,7 @@ def test_load_issues_follow_the_scope(store):
 ])
 def test_hidden_names_get_no_hover_definition_or_completion(marked):
     from slayer_lsp.analysis import completion, hover, navigation
-    from slayer_lsp.analysis import documents as dm
+    from slayer_lsp.analysis import parsed_file as dm
 
     cat = load_catalog(YAML_STORE)
     kind = "memory" if marked.startswith("---") else "query"
@@ -248,8 +249,8 @@ def test_hidden_names_get_no_hover_definition_or_completion(marked):
 
 
 def test_a_model_file_still_hovers_its_own_hidden_column():
-    from slayer_lsp.analysis import documents as dm
     from slayer_lsp.analysis import hover
+    from slayer_lsp.analysis import parsed_file as dm
 
     path = YAML_STORE / "models" / "jaffle" / "customers.yaml"
     text = path.read_text()

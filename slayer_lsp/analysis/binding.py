@@ -12,10 +12,24 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import is_memory_ref
+from slayer_lsp.catalog.ids import is_memory_ref, name_of, parent_of, split_model_id
+from slayer_lsp.query.resolver import SourceModel
+
+if TYPE_CHECKING:
+    from slayer_lsp.query.references import QueryRef, QueryShapeError
+
+# What a reference is read relative to: a stored model's canonical id (a model file's own formulas),
+# or a query stage's source model as the resolver reads it (possibly an inline model).
+ModelContext = str | SourceModel
+
+
+def context_id(source: ModelContext | None) -> str | None:
+    """The canonical id of a model context (an inline model's is not in the catalog)."""
+    return source.canonical if isinstance(source, SourceModel) else source
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +54,12 @@ class StageInfo:
     """One query stage as SLayer sees it: its source model and the tokens its walk resolves."""
 
     stage: dm.Stage
-    source: object | None = None  # resolver.SourceModel
+    source: SourceModel | None = None
     source_error: str | None = None
     source_error_type: str | None = None
-    shape_problems: list = field(default_factory=list)  # query_refs.QueryShapeError
-    tokens: Counter = field(default_factory=Counter)  # (field, index, text) SLayer resolves
-    unmatched: list = field(default_factory=list)  # query_refs.QueryRef the document scan missed
+    shape_problems: list[QueryShapeError] = field(default_factory=list)
+    tokens: Counter[tuple[str, int | None, str]] = field(default_factory=Counter)  # (field, index, text) SLayer resolves
+    unmatched: list[QueryRef] = field(default_factory=list)  # the references the document scan missed
 
 
 @dataclass
@@ -54,13 +68,13 @@ class DocBindings:
     stages: list[StageInfo]
 
 
-def resolve(raw: str, catalog: Catalog, source_model: object | None = None) -> tuple[
+def resolve(raw: str, catalog: Catalog, source_model: ModelContext | None = None) -> tuple[
         str | None, tuple[str, ...], str | None, str | None]:
     """(canonical, warnings, error, error_type) from the resolver; never raises."""
     from slayer_lsp.query.resolver import resolve_entity
 
     try:
-        res = resolve_entity(raw, catalog, source_model=source_model)  # type: ignore[arg-type]
+        res = resolve_entity(raw, catalog, source_model=source_model)
     except Exception as exc:  # noqa: BLE001 - EntityResolutionError and subclasses (and any slip)
         return None, (), str(exc), type(exc).__name__
     return res.canonical, tuple(res.warnings), None, None
@@ -99,7 +113,7 @@ def _bare(token: str) -> str:
     return base[:-2] if base.endswith(".*") else base
 
 
-def stage_source(stage: dm.Stage | None, catalog: Catalog) -> tuple[object | None, str | None]:
+def stage_source(stage: dm.Stage | None, catalog: Catalog) -> tuple[SourceModel | None, str | None]:
     """The resolver's ``SourceModel`` of a stage, or (None, why not)."""
     if stage is None:
         return None, None
@@ -137,7 +151,7 @@ def bind_ref(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog,
             return Binding(ref, skipped=True)
         if info.source_error is not None:
             return Binding(ref, None, (), info.source_error, info.source_error_type)
-        canonical = getattr(info.source, "canonical", None)
+        canonical = info.source.canonical if info.source is not None else None
         if canonical is None or canonical not in catalog:
             return Binding(ref, skipped=True, note="an inline model")
         return Binding(ref, canonical)
@@ -155,7 +169,7 @@ def bind_ref(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog,
     source = info.source if info is not None else None
     checked = info is None or info.tokens.get((ref.field, ref.index, ref.text), 0) > 0
     if role == dm.FUNCTION:
-        cand = f"{source.canonical}.{ref.text}" if source is not None else None  # type: ignore[attr-defined]
+        cand = f"{source.canonical}.{ref.text}" if source is not None else None
         if cand is not None and catalog.kind_of(cand) == "aggregation":
             return Binding(ref, cand, checked=False)
         return Binding(ref, skipped=True, note="a function", checked=False)
@@ -172,11 +186,11 @@ def _bind_known(ref: dm.Reference, catalog: Catalog) -> Binding:
     if ref.role == dm.DEFINITION:
         return Binding(ref, skipped=True, note="not in the store yet (unsaved)")
     if ref.role == dm.JOIN_TARGET and c is not None:
-        ds, _, name = c.partition(".")
+        ds, name = split_model_id(c)
         return Binding(ref, None, (), f"No model '{name}' in datasource '{ds}'.", "EntityResolutionError")
     if ref.role == dm.JOIN_KEY and c is not None:
-        owner, _, leaf = c.rpartition(".")
-        if owner not in catalog:
+        owner, leaf = parent_of(c), name_of(c)
+        if owner is None or owner not in catalog:
             return Binding(ref, skipped=True, note="the joined model is unknown")
         return Binding(ref, None, (), f"No column '{leaf}' on model '{owner}'.", "EntityResolutionError")
     return Binding(ref, skipped=True)

@@ -1,7 +1,7 @@
 """Completion: what may be typed at the cursor, from the catalog snapshot.
 
 The cursor's context (which field, the reference typed so far, the call around it) comes from the
-tolerant scanner in ``documents``, so completion works on text that does not parse. Candidates come
+tolerant scanner in ``parsed_file``, so completion works on text that does not parse. Candidates come
 from a per-snapshot index whose lists are built lazily, one parent at a time, and reused until the
 catalog changes: a request on a store with 100k ids touches only the lists it needs. Hidden
 entities never appear.
@@ -13,9 +13,18 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import documents as dm
-from slayer_lsp.analysis.binding import resolve, stage_source
+from slayer_lsp.analysis import parsed_file as dm
+from slayer_lsp.analysis.binding import ModelContext, context_id, resolve, stage_source
 from slayer_lsp.catalog import Catalog
+from slayer_lsp.catalog.ids import (
+    MEMORY_PREFIX,
+    datasource_of,
+    is_memory_ref,
+    memory_id_of,
+    memory_ref,
+    name_of,
+)
+from slayer_lsp.query.resolver import SourceModel
 from slayer_lsp.store import documents as d
 
 MAX_ITEMS = 500  # beyond this the list is cut to matches of the typed text and marked incomplete
@@ -43,8 +52,9 @@ class CompletionResult:
 
 
 @dataclass(frozen=True, slots=True)
-class Scope:
-    """Which entities completion may offer (empty tuples = all)."""
+class CompletionFilter:
+    """Which entities completion may offer (empty tuples = all). Not the session's scope
+    (``reach.scope.Scope``): that is applied to the catalog before completion sees it."""
 
     datasources: tuple[str, ...] = ()
     access_tags: tuple[str, ...] = ()
@@ -66,9 +76,9 @@ class CompletionIndex:
     """Visible children per parent, join neighbours per model, model names, memories: each built
     on first use for one catalog snapshot (thread-safe; a lost race builds a list twice)."""
 
-    def __init__(self, catalog: Catalog, scope: Scope = Scope()):
+    def __init__(self, catalog: Catalog, only: CompletionFilter = CompletionFilter()):
         self.catalog = catalog
-        self.scope = scope
+        self.only = only
         self._children: dict[str, tuple[CompletionItemData, ...]] = {}
         self._joins: dict[str, tuple[CompletionItemData, ...]] | None = None
         self._reverse: dict[str, list[tuple[str, d.Join]]] | None = None
@@ -82,9 +92,9 @@ class CompletionIndex:
     def visible_model(self, model: d.Model | None) -> bool:
         if model is None or model.hidden:
             return False
-        if self.scope.datasources and (model.data_source or "") not in self.scope.datasources:
+        if self.only.datasources and (model.data_source or "") not in self.only.datasources:
             return False
-        if self.scope.access_tags and model.access_tags and not set(model.access_tags) & set(self.scope.access_tags):
+        if self.only.access_tags and model.access_tags and not set(model.access_tags) & set(self.only.access_tags):
             return False
         return True
 
@@ -116,7 +126,7 @@ class CompletionIndex:
         return out
 
     def _leaf_item(self, kind: str, obj: object, canonical: str, i: int) -> CompletionItemData:
-        name = canonical.rsplit(".", 1)[-1]
+        name = name_of(canonical)
         if isinstance(obj, d.Column):
             detail = _detail(obj.type + (" · primary key" if obj.primary_key else ""),
                              first_line(obj.description) or obj.label)
@@ -206,7 +216,7 @@ class CompletionIndex:
         if self._datasources is None:
             items = []
             for i, (name, ds) in enumerate(self.catalog.datasources.items()):
-                if self.scope.datasources and name not in self.scope.datasources:
+                if self.only.datasources and name not in self.only.datasources:
                     continue
                 items.append(CompletionItemData(name, "datasource", _detail(ds.type, first_line(ds.description)),
                                                 f"{_GROUP['datasource']}{i:06d}", name, name))
@@ -221,7 +231,7 @@ class CompletionIndex:
                 if mem is None:
                     continue
                 items.append(CompletionItemData(mid, "memory", first_line(mem.description or mem.learning),
-                                                f"{_GROUP['memory']}{i:06d}", mid, f"memory:{mid}"))
+                                                f"{_GROUP['memory']}{i:06d}", mid, memory_ref(mid)))
             self._memories = tuple(items)
         return self._memories
 
@@ -230,16 +240,16 @@ _INDEX_LOCK = threading.Lock()
 _INDEX: CompletionIndex | None = None
 
 
-def index_for(catalog: Catalog, scope: Scope = Scope()) -> CompletionIndex:
-    """The index of this snapshot (one slot: a new generation or scope replaces it)."""
+def index_for(catalog: Catalog, only: CompletionFilter = CompletionFilter()) -> CompletionIndex:
+    """The index of this snapshot (one slot: a new generation or filter replaces it)."""
     global _INDEX
     idx = _INDEX
-    if idx is not None and idx.catalog is catalog and idx.scope == scope:
+    if idx is not None and idx.catalog is catalog and idx.only == only:
         return idx
     with _INDEX_LOCK:
         idx = _INDEX
-        if idx is None or idx.catalog is not catalog or idx.scope != scope:
-            idx = CompletionIndex(catalog, scope)
+        if idx is None or idx.catalog is not catalog or idx.only != only:
+            idx = CompletionIndex(catalog, only)
             _INDEX = idx
         return idx
 
@@ -273,12 +283,12 @@ def _split(prefix: str, ctx: dm.CursorContext, sep: str = ".") -> tuple[str, str
 
 
 def complete(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
-             scope: Scope = Scope()) -> CompletionResult | None:
+             only: CompletionFilter = CompletionFilter()) -> CompletionResult | None:
     """Completion items at a position (code points), or None when the cursor is on no reference."""
     ctx = dm.context_at(doc, line, col)
     if ctx is None:
         return None
-    idx = index_for(catalog, scope)
+    idx = index_for(catalog, only)
     if ctx.on_key:
         present = set()
         stage = doc.stages[ctx.stage] if ctx.stage is not None and ctx.stage < len(doc.stages) else None
@@ -300,18 +310,19 @@ def complete(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
             return _finish(idx.models(), seg, span)
         return _finish(idx.children(parent), seg, span)
     if role == dm.JOIN_TARGET:
-        ds = (doc.model_id or "").split(".")[0]
+        ds = datasource_of(doc.model_id or "")
         return _finish(idx.children(ds), prefix, ctx.start)
     if role == dm.JOIN_KEY:
         return _complete_join_key(doc, idx, ctx)
 
     # references relative to a model: the query's source model, or the model a model file declares
+    source: ModelContext | None
     if role == dm.MODEL_FORMULA:
-        source = doc.model_id if doc.model_id in catalog else None
+        source = doc.model_id if doc.model_id is not None and doc.model_id in catalog else None
     else:
         stage = doc.stages[ctx.stage] if ctx.stage is not None and ctx.stage < len(doc.stages) else None
         source, _ = stage_source(stage, catalog)
-    if prefix.startswith("memory:"):
+    if is_memory_ref(prefix):
         return None
     parent, seg, span = _split(prefix, ctx)
     if parent:
@@ -324,27 +335,26 @@ def complete(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
         if kind == "model":
             return _finish(_model_members(idx, target, ctx.call), seg, span)
         return CompletionResult([], span)
-    items: list[CompletionItemData] = []
-    source_id = getattr(source, "canonical", source)
-    if isinstance(source_id, str) and source_id in catalog:
-        items.extend(_model_members(idx, source_id, ctx.call))
+    offered: list[CompletionItemData] = []
+    source_id = context_id(source)
+    if source_id is not None and source_id in catalog:
+        offered.extend(_model_members(idx, source_id, ctx.call))
         if not ctx.call:
-            items.extend(idx.datasources())
+            offered.extend(idx.datasources())
     else:
-        items.extend(idx.models())
-        items.extend(idx.datasources())
-    return _finish(items, seg, span)
+        offered.extend(idx.models())
+        offered.extend(idx.datasources())
+    return _finish(offered, seg, span)
 
 
-def _path_target(parent: str, catalog: Catalog, source: object | None) -> str | None:
+def _path_target(parent: str, catalog: Catalog, source: ModelContext | None) -> str | None:
     """The model or datasource a typed path leads to: as written (a model, a canonical prefix), else
     walked from the source model (a join name such as ``product`` only means something there)."""
     target, _, _, _ = resolve(parent, catalog, source)
     if target is not None and catalog.kind_of(target) in ("model", "datasource"):
         return target
-    name = getattr(source, "name", None)
-    if name:
-        walked, _, _, _ = resolve(f"{name}.{parent}", catalog, source)
+    if isinstance(source, SourceModel) and source.name:
+        walked, _, _, _ = resolve(f"{source.name}.{parent}", catalog, source)
         if walked is not None and catalog.kind_of(walked) == "model":
             return walked
     return target
@@ -359,16 +369,16 @@ def _model_members(idx: CompletionIndex, model_id: str, call: str | None) -> lis
 
 def _complete_canonical(idx: CompletionIndex, prefix: str, ctx: dm.CursorContext,
                         with_memory: bool) -> CompletionResult:
-    if with_memory and prefix.startswith("memory:"):
-        seg = prefix[len("memory:"):]
+    if with_memory and is_memory_ref(prefix):
+        seg = memory_id_of(prefix)
         span = dm.Span(ctx.start.line, ctx.start.end - len(seg), ctx.start.end)
         return _finish(idx.memories(), seg, span)
     parent, seg, span = _split(prefix, ctx)
     if not parent:
         items = list(idx.datasources())
         if with_memory:
-            items.append(CompletionItemData("memory:", "memory", "a memory: memory:<id>",
-                                            f"{_GROUP['memory']}000000", "memory:"))
+            items.append(CompletionItemData(MEMORY_PREFIX, "memory", "a memory: memory:<id>",
+                                            f"{_GROUP['memory']}000000", MEMORY_PREFIX))
         return _finish(items, seg, span)
     return _finish(idx.children(parent), seg, span)
 

@@ -10,10 +10,10 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import documents as dm
-from slayer_lsp.analysis.binding import Binding, StageInfo, bind_document, resolve
+from slayer_lsp.analysis import parsed_file as dm
+from slayer_lsp.analysis.binding import Binding, ModelContext, StageInfo, bind_document, context_id, resolve
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import is_memory_ref
+from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref, name_of
 
 ERROR, WARNING, INFORMATION, HINT = "error", "warning", "information", "hint"
 
@@ -73,7 +73,7 @@ def _close(word: str, candidates: list[str], n: int = SUGGESTIONS) -> list[str]:
     return difflib.get_close_matches(word, candidates, n=n, cutoff=0.6)
 
 
-def suggest(text: str, catalog: Catalog, source: object | None = None, *, heads: bool = False) -> list[str]:
+def suggest(text: str, catalog: Catalog, source: ModelContext | None = None, *, heads: bool = False) -> list[str]:
     """Replacements for a reference that does not resolve: the last segment is matched against the
     names it could have meant at that place (the children of the part that does resolve, or the
     source model's fields and joins, or the model and datasource names)."""
@@ -82,7 +82,7 @@ def suggest(text: str, catalog: Catalog, source: object | None = None, *, heads:
     idx = index_for(catalog)
     if is_memory_ref(text):
         ids = list(catalog.memory_order)
-        return ["memory:" + m for m in _close(text[len("memory:"):], ids)]
+        return [memory_ref(m) for m in _close(memory_id_of(text), ids)]
     parent, _, last = text.rpartition(".")
     if parent:
         target, _, _, _ = resolve(parent, catalog, source)
@@ -92,15 +92,15 @@ def suggest(text: str, catalog: Catalog, source: object | None = None, *, heads:
             return [f"{h}.{rest}" for h in suggest(head, catalog, source, heads=True)]
         kind = catalog.kind_of(target)
         if kind == "datasource":
-            names = [i.label for i in idx.children(target)]
+            below = [i.label for i in idx.children(target)]
         elif kind == "model":
-            names = [i.label for i in idx.children(target)] + [i.label for i in idx.joins(target)]
+            below = [i.label for i in idx.children(target)] + [i.label for i in idx.joins(target)]
         else:
             return []
-        return [f"{parent}.{n}" for n in _close(last, names)]
+        return [f"{parent}.{n}" for n in _close(last, below)]
     names: list[str] = []
-    src = getattr(source, "canonical", source)
-    if isinstance(src, str) and src in catalog:
+    src = context_id(source)
+    if src is not None and src in catalog:
         if not heads:  # the head of a dotted path is a hop or a model, never a field
             names += [i.label for i in idx.children(src)]
         names += [i.label for i in idx.joins(src)]
@@ -111,7 +111,7 @@ def suggest(text: str, catalog: Catalog, source: object | None = None, *, heads:
 def suggest_canonical(text: str, catalog: Catalog) -> list[str]:
     """Canonical ids close to a stale tag, by segment: what resolves today first, then spelling."""
     if is_memory_ref(text):
-        return ["memory:" + m for m in _close(text[len("memory:"):], list(catalog.memory_order))]
+        return [memory_ref(m) for m in _close(memory_id_of(text), list(catalog.memory_order))]
     parts = text.split(".")
     from slayer_lsp.analysis.completion import index_for
 
@@ -123,7 +123,7 @@ def suggest_canonical(text: str, catalog: Catalog) -> list[str]:
             prefix = cand
             continue
         if prefix:
-            names = [c.rsplit(".", 1)[-1] for c in catalog.children(prefix)]
+            names = [name_of(c) for c in catalog.children(prefix)]
         else:
             names = [ds.label for ds in idx.datasources()]
         rest = parts[i + 1:]
@@ -226,7 +226,7 @@ def _check(doc: dm.ParsedDocument, b: Binding, catalog: Catalog, memory_query: b
             names = [b.note] if b.note else suggest_canonical(ref.text, catalog)
             msg = f"stale tag '{ref.text}': {b.error}" if b.error else f"stale tag '{ref.text}'"
             return [_diag("stale-tag", ref.span, msg, _replace_fixes(ref.span, names))]
-        source = None
+        source: ModelContext | None = None
         if ref.role in dm.QUERY_ROLES and ref.role != dm.SOURCE_MODEL and ref.stage is not None:
             source = next((i.source for i in stages if i.stage.index == ref.stage), None)
         elif ref.role == dm.MODEL_FORMULA:

@@ -12,9 +12,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import bind_ref
 from slayer_lsp.catalog import Catalog
+from slayer_lsp.catalog.ids import name_of
 from slayer_lsp.store import documents as d
 
 DEFAULT_MAX_CHARS = 4000
@@ -180,7 +181,7 @@ def entity_markdown(catalog: Catalog, canonical: str, *, warnings: tuple[str, ..
         secs.append(head + (f" · {escape(obj.type)}" if obj.type else ""))
         if obj.description:
             secs.append(paragraphs(obj.description))
-        models = [c.split(".", 1)[1] for c in catalog.children(canonical)
+        models = [name_of(c) for c in catalog.children(canonical)
                   if (m := catalog.models.get(c)) is not None and not m.hidden]
         if models:
             secs.append(f"**Models ({len(models)}):** " + _names(models))

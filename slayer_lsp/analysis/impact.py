@@ -18,15 +18,17 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import bind_all, resolve
 from slayer_lsp.analysis.navigation import FILES, LocationData, entity_location
 from slayer_lsp.analysis.workspace import WorkspaceDoc
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import is_memory_ref, memory_ref
+from slayer_lsp.catalog.ids import datasource_of, is_memory_ref, memory_ref, parent_of
+from slayer_lsp.catalog.snapshot import ENTITY_KINDS
 
 KINDS = ("query", "memory", "measure", "aggregation", "join", "model")  # the kinds of a dependent, in lens order
-ENTITY_KINDS = ("datasource", "model", "column", "measure", "aggregation")
+# what impact and rename may be asked about: every entity of the catalog but a memory
+IMPACT_KINDS = tuple(kind for kind in ENTITY_KINDS if kind != "memory")
 _PLURAL = {"query": "queries", "memory": "memories", "measure": "measures", "aggregation": "aggregations",
            "join": "joins", "model": "models"}
 
@@ -92,6 +94,11 @@ def _add(graph: dict[str, list[Dependent]], target: str | None, dep: Dependent) 
 # --------------------------------------------------------------------------- the store's graph
 
 
+def _unordered(a: str, b: str) -> tuple[str, str]:
+    """The key of a pair of models, whichever side joins the other."""
+    return (a, b) if a <= b else (b, a)
+
+
 @dataclass
 class _StoreGraph:
     catalog: Catalog
@@ -100,7 +107,7 @@ class _StoreGraph:
 
 
 def _formula_targets(text: str, catalog: Catalog, model: str) -> Iterable[str]:
-    for tok in dm.formula_tokens(text):
+    for tok in dm.scan_formula(text):
         if tok.is_call:
             cand = f"{model}.{tok.text}"
             if catalog.kind_of(cand) == "aggregation":
@@ -133,7 +140,7 @@ def _memory_document(catalog: Catalog, mid: str) -> tuple[dm.ParsedDocument | No
 def _build_store_graph(catalog: Catalog) -> _StoreGraph:
     g = _StoreGraph(catalog)
     for mid, model in catalog.models.items():
-        ds = mid.split(".", 1)[0]
+        ds = datasource_of(mid)
         for m in model.measures:
             if not m.name:
                 continue
@@ -158,7 +165,7 @@ def _build_store_graph(catalog: Catalog) -> _StoreGraph:
             for target in targets:
                 if target in catalog:
                     _add(g.edges, target, dep)
-            g.joins_between.setdefault(tuple(sorted((mid, target_model))), []).append(node)  # type: ignore[arg-type]
+            g.joins_between.setdefault(_unordered(mid, target_model), []).append(node)
         filters = list(model.filters) + ([model.default_time_dimension] if model.default_time_dimension else [])
         for target in {t for f in filters for t in _formula_targets(f, catalog, mid)}:
             _add(g.edges, target, Dependent("model", f"{mid} (filters)", None, locate=("entity", mid)))
@@ -204,7 +211,7 @@ def _add_document_uses(edges: dict[str, list[Dependent]], store: _StoreGraph, do
         owner = _model_of(b.canonical, catalog)
         source = _stage_model(doc, b.ref.stage, catalog, sources)
         if owner and source and owner != source:
-            for jn in store.joins_between.get(tuple(sorted((owner, source))), ()):  # type: ignore[arg-type]
+            for jn in store.joins_between.get(_unordered(owner, source), ()):
                 _add(edges, jn, dep)
 
 
@@ -213,7 +220,7 @@ def _model_of(canonical: str, catalog: Catalog) -> str | None:
     if kind == "model":
         return canonical
     if kind in ("column", "measure", "aggregation"):
-        return canonical.rsplit(".", 1)[0]
+        return parent_of(canonical)
     return None
 
 
@@ -278,7 +285,7 @@ def check_entity(catalog: Catalog, entity: str) -> str:
     kind = catalog.kind_of(entity)
     if kind is None:
         raise ImpactError(f"'{entity}' is not a canonical id of the store (datasource, ds.model or ds.model.leaf)")
-    if kind not in ENTITY_KINDS:
+    if kind not in IMPACT_KINDS:
         raise ImpactError(f"'{entity}' is a {kind}; impact is known for datasources, models, columns, "
                           f"measures and aggregations")
     return kind

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import bind_all
 from slayer_lsp.analysis.hover import hides
 from slayer_lsp.catalog import Catalog

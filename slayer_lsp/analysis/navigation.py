@@ -13,11 +13,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.binding import bind_all, bind_ref
 from slayer_lsp.analysis.hover import hides
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import memory_ref
+from slayer_lsp.catalog.ids import memory_ref, name_of, parent_of
 from slayer_lsp.store.reader import Source
 from slayer_lsp.store.safefs import read_text_file
 
@@ -111,8 +111,7 @@ def entity_location(catalog: Catalog, canonical: str) -> LocationData | None:
     top = doc.symbols[0]
     if ent.kind in ("datasource", "model"):
         return LocationData(src.path, top.selection)
-    leaf = canonical.rsplit(".", 1)[-1]
-    sym = _find_symbol(top.children, ent.kind, leaf)
+    sym = _find_symbol(top.children, ent.kind, name_of(canonical))
     return LocationData(src.path, sym.selection if sym else top.selection)
 
 
@@ -189,7 +188,7 @@ def workspace_symbols(catalog: Catalog, hits: Iterable[tuple[str, str]], *, loca
         ent = catalog.get(canonical)
         if ent is None:
             continue
-        container = canonical.rsplit(".", 1)[0] if "." in canonical and kind != "memory" else None
+        container = parent_of(canonical)
         loc = entity_location(catalog, canonical) if locate else None
         out.append(SymbolData(canonical, ent.kind, container, loc, canonical))
     return out

@@ -30,13 +30,22 @@ from pathlib import Path
 
 import yaml
 
-from slayer_lsp.analysis import documents as dm
-from slayer_lsp.analysis.binding import Binding, bind_all, resolve, stage_source
-from slayer_lsp.analysis.impact import ENTITY_KINDS, ImpactError, check_entity
+from slayer_lsp.analysis import parsed_file as dm
+from slayer_lsp.analysis.binding import Binding, ModelContext, bind_all, resolve, stage_source
+from slayer_lsp.analysis.impact import IMPACT_KINDS, ImpactError, check_entity
 from slayer_lsp.analysis.navigation import FILES
 from slayer_lsp.analysis.workspace import WorkspaceDoc
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import is_memory_ref, memory_ref
+from slayer_lsp.catalog.ids import (
+    datasource_of,
+    is_descendant_or_self,
+    is_memory_ref,
+    lineage,
+    memory_ref,
+    name_of,
+    split_canonical,
+    with_name,
+)
 from slayer_lsp.query import formulas
 from slayer_lsp.store.safefs import read_text_file
 from slayer_lsp.writer.errors import MemoryWriteError
@@ -122,14 +131,6 @@ def store_file_text(path: str) -> str | None:
     return read_text_file(path)
 
 
-def name_of(entity: str) -> str:
-    return entity.rsplit(".", 1)[-1]
-
-
-def renamed(entity: str, new_name: str) -> str:
-    return entity.rsplit(".", 1)[0] + "." + new_name if "." in entity else new_name
-
-
 def check_new_name(catalog: Catalog, entity: str, kind: str, new_name: str) -> None:
     """Refuse a name SLayer would not load, or one already taken where the entity lives."""
     if not isinstance(new_name, str) or not IDENTIFIER.match(new_name) or len(new_name) > MAX_NAME:
@@ -141,7 +142,7 @@ def check_new_name(catalog: Catalog, entity: str, kind: str, new_name: str) -> N
         raise RenameError(f"'{entity}' is already called '{new_name}'")
     if kind == "aggregation" and formulas.normalize_aggregation_name(new_name) in formulas.BUILTIN_AGGREGATIONS:
         raise RenameError(f"'{new_name}' is a built-in aggregation")
-    target = renamed(entity, new_name)
+    target = with_name(entity, new_name)
     if kind == "datasource":
         clash = new_name in catalog.datasources
     else:
@@ -156,7 +157,8 @@ def _segment_spans(ref: dm.Reference) -> list[dm.Span | None]:
     segs = ref.text.split(".")
     span = ref.span
     if span.end - span.start == len(ref.text):
-        out, col = [], span.start
+        out: list[dm.Span | None] = []
+        col = span.start
         for s in segs:
             out.append(dm.Span(span.line, col, col + len(s)))
             col += len(s) + 1
@@ -170,7 +172,7 @@ def _segment_spans(ref: dm.Reference) -> list[dm.Span | None]:
     return [None] * (len(segs) - 1) + [tail]
 
 
-def _names_entity(b: Binding, i: int, segs: list[str], catalog: Catalog, source: object | None,
+def _names_entity(b: Binding, i: int, segs: list[str], catalog: Catalog, source: ModelContext | None,
                   entity: str) -> bool:
     if i == len(segs) - 1:
         return b.canonical == entity
@@ -178,7 +180,8 @@ def _names_entity(b: Binding, i: int, segs: list[str], catalog: Catalog, source:
     return canonical == entity
 
 
-def _source(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog, cache: dict) -> object | None:
+def _source(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog,
+            cache: dict[int, ModelContext | None]) -> ModelContext | None:
     if ref.role == dm.MODEL_FORMULA:
         return doc.model_id
     if ref.stage is None or ref.stage >= len(doc.stages):
@@ -193,8 +196,8 @@ def _ref_edits(doc: dm.ParsedDocument, b: Binding, catalog: Catalog, entity: str
     ref = b.ref
     old, new = name_of(entity), name_of(new_entity)
     if ref.role == dm.ENTITY_TAG:
-        if ref.text == entity or ref.text.startswith(entity + "."):
-            return [EditData(ref.span, new_entity + ref.text[len(entity):])]
+        if is_descendant_or_self(ref.text, entity):
+            return [EditData(ref.span, new_entity + ref.text[len(entity):])]  # the same path below it
         return []
     if ref.role in (dm.DEFINITION, dm.JOIN_TARGET, dm.JOIN_KEY, dm.FUNCTION):
         return [EditData(ref.span, new)] if b.canonical == entity and ref.text.strip() == old else []
@@ -225,10 +228,10 @@ def may_name(text: str, entity: str) -> bool:
     word, and for a leaf (column, measure, aggregation) its model's name too — a reference names
     the model (source_model, a dotted path, a tag), and the model's own file declares it
     (``name:``). A cheap test that spares binding the many documents that cannot need an edit."""
-    parts = entity.split(".")
-    if not _word(parts[-1]).search(text):
+    _, model, leaf = split_canonical(entity)
+    if not _word(name_of(entity)).search(text):
         return False
-    return len(parts) < 3 or _word(parts[1]).search(text) is not None
+    return leaf is None or model is None or _word(model).search(text) is not None
 
 
 def document_edits(doc: dm.ParsedDocument, catalog: Catalog, entity: str, new_entity: str,
@@ -241,12 +244,12 @@ def document_edits(doc: dm.ParsedDocument, catalog: Catalog, entity: str, new_en
     out: list[EditData] = []
     sources: dict = {}
     for b in bind_all(doc, catalog):
-        if b.ref.role == dm.ENTITY_TAG and (b.ref.text == entity or b.ref.text.startswith(entity + ".")):
+        if b.ref.role == dm.ENTITY_TAG and is_descendant_or_self(b.ref.text, entity):
             out.extend(_ref_edits(doc, b, catalog, entity, new_entity, where, sources))
             continue
         if b.canonical is None:
             continue
-        if b.canonical != entity and not b.canonical.startswith(entity + ".") and name_of(entity) not in b.ref.text:
+        if not is_descendant_or_self(b.canonical, entity) and name_of(entity) not in b.ref.text:
             continue
         out.extend(_ref_edits(doc, b, catalog, entity, new_entity, where, sources))
     uniq = {(e.span, e.new_text): e for e in out}
@@ -277,15 +280,15 @@ def target_at(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog) -> 
     if ref.role == dm.ENTITY_TAG:
         if is_memory_ref(ref.text) or ref.text not in catalog:
             raise RenameError(f"'{ref.text}' is not an entity of the store")
-        segs = ref.text.split(".")
+        ids = lineage(ref.text)  # the segment under the cursor names the id up to it
         k, col_at = 0, ref.span.start
-        for i, s in enumerate(segs):
-            if col_at <= col <= col_at + len(s):
+        for i, c in enumerate(ids):
+            if col_at <= col <= col_at + len(name_of(c)):
                 k = i
                 break
-            col_at += len(s) + 1
-        entity = ".".join(segs[: k + 1])
-        return _target(catalog, entity, dm.Span(ref.span.line, col_at, col_at + len(segs[k])))
+            col_at += len(name_of(c)) + 1
+        entity = ids[k]
+        return _target(catalog, entity, dm.Span(ref.span.line, col_at, col_at + len(name_of(entity))))
     if b is None or b.canonical is None:
         raise RenameError(f"'{ref.text}' does not resolve in the store: nothing to rename")
     if ref.role in (dm.DEFINITION, dm.JOIN_TARGET, dm.JOIN_KEY, dm.FUNCTION):
@@ -320,9 +323,9 @@ def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[Wor
         kind = check_entity(catalog, entity)
     except ImpactError as exc:
         raise RenameError(str(exc)) from exc
-    assert kind in ENTITY_KINDS
+    assert kind in IMPACT_KINDS
     check_new_name(catalog, entity, kind, new_name)
-    new_entity = renamed(entity, new_name)
+    new_entity = with_name(entity, new_name)
     if catalog.location.backend != "yaml":
         return _plan_sqlite(catalog, entity, kind, new_entity, docs)
     store = Path(catalog.location.path)
@@ -335,7 +338,7 @@ def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[Wor
 
     for wd in docs:
         add(wd.key, document_edits(wd.doc, catalog, entity, new_entity, wd.key))
-    ds = entity.split(".", 1)[0]
+    ds = datasource_of(entity)
     # the store's model files of the datasource (joins and formulas reach only within it)
     for mid in catalog.children(ds):
         ent = catalog.get(mid)
@@ -356,7 +359,7 @@ def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[Wor
         mem = catalog.memory(mid)
         if ent is None or mem is None:
             continue
-        if not any(t == entity or t.startswith(entity + ".") for t in mem.entities) and mem.query is None:
+        if not any(is_descendant_or_self(t, entity) for t in mem.entities) and mem.query is None:
             continue
         text = text_of(ent.source.path)
         if text is not None and not may_name(text, entity):
@@ -401,7 +404,7 @@ def _plan_sqlite(catalog: Catalog, entity: str, kind: str, new_entity: str,
     db = str(catalog.location.path)
     files = tuple(FileEdits(wd.key, tuple(_no_overlap(wd.key, e)))
                   for wd in docs if (e := document_edits(wd.doc, catalog, entity, new_entity, wd.key)))
-    ds = entity.split(".", 1)[0]
+    ds = datasource_of(entity)
     try:
         models, memories = read_rename_rows(db, ds)
     except MemoryWriteError as exc:
@@ -424,11 +427,12 @@ def _plan_sqlite(catalog: Catalog, entity: str, kind: str, new_entity: str,
     for memory_id, data in memories:
         where = f"{db} [memories {memory_id!r}]"
         value = _slayer_json(data, where)
-        tags = value.get("entities") if isinstance(value, dict) else None
-        query = value.get("query") if isinstance(value, dict) else None
+        if not isinstance(value, dict):
+            continue  # not a memory SLayer loads: the catalog does not see it either
+        tags, query = value.get("entities"), value.get("query")
         if not isinstance(tags, list) or not isinstance(value.get("learning"), str):
             continue  # not a memory SLayer loads: the catalog does not see it either
-        if not any(t == entity or (isinstance(t, str) and t.startswith(entity + ".")) for t in tags) \
+        if not any(isinstance(t, str) and is_descendant_or_self(t, entity) for t in tags) \
                 and query is None:
             continue
         text = memory_markdown(value)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slayer_lsp.analysis import documents as dm
-from slayer_lsp.analysis.binding import stage_source
+from slayer_lsp.analysis import parsed_file as dm
+from slayer_lsp.analysis.binding import context_id, stage_source
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.query import formulas
 
@@ -113,7 +113,7 @@ def signature_at(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog) 
     else:
         stage = doc.stages[ctx.stage] if ctx.stage is not None and ctx.stage < len(doc.stages) else None
         source = stage_source(stage, catalog)[0] if stage is not None else None
-        model = getattr(source, "canonical", None)
+        model = context_id(source)
     typed = lines[line][:col]
     kw = _keyword_being_typed(typed)
     custom = _aggregation(catalog, model, callee)

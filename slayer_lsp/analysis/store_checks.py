@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slayer_lsp.analysis import diagnostics as diag
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis.texttree import Mapping, Node, Scalar, Sequence, Span, Text, compose_yaml
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import memory_ref

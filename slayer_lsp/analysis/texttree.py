@@ -450,12 +450,12 @@ def _parse_flow(s: str, i: int, base: int, nested: bool = False) -> tuple[Node, 
             if opening == "{":
                 key = item if isinstance(item, Scalar) else Scalar("", base + item_start, base + i,
                                                                    base + item_start, True)
-                value: Node = None
+                entry: Node = None
                 while i < len(s) and s[i] in " \t":
                     i += 1
                 if i < len(s) and s[i] == ":":
-                    value, i = _parse_flow(s, i + 1, base, nested=True)
-                map_items.append((key, value))
+                    entry, i = _parse_flow(s, i + 1, base, nested=True)
+                map_items.append((key, entry))
             else:
                 seq_items.append(item)
             while i < len(s) and s[i] in " \t":
@@ -488,8 +488,8 @@ def _parse_flow(s: str, i: int, base: int, nested: bool = False) -> tuple[Node, 
                 break
             j += 1
         raw = s[i:j]
-        value, off, verb, quoted = _unquote(raw)
-        return Scalar(value, base + i, base + j, base + i + off, verb, quoted), j
+        text, off, verb, quoted = _unquote(raw)
+        return Scalar(text, base + i, base + j, base + i + off, verb, quoted), j
     depth = 0
     j = i
     while j < len(s):

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.store.safefs import read_text_file
 
 SKIP_DIRS = frozenset({"node_modules", "__pycache__", ".git", ".venv", "venv"})
@@ -113,7 +113,7 @@ def workspace_documents(folders: Iterable[str | Path], open_docs: Mapping[str, t
             if apath in open_paths or apath in seen:
                 continue
             seen.add(apath)
-            doc = cache.parsed(apath, kind)
-            if doc is not None:
-                out.append(WorkspaceDoc(apath, apath, doc, False))
+            saved = cache.parsed(apath, kind)
+            if saved is not None:
+                out.append(WorkspaceDoc(apath, apath, saved, False))
     return out

@@ -1,4 +1,7 @@
-"""Canonical entity ids: ``<ds>``, ``<ds>.<model>``, ``<ds>.<model>.<leaf>`` and ``memory:<id>``."""
+"""Canonical entity ids: ``<ds>``, ``<ds>.<model>``, ``<ds>.<model>.<leaf>`` and ``memory:<id>``.
+
+Names never contain dots, so a dotted id is built by joining its names; everything that takes an
+id apart or asks what it is does it here, where memory refs and short ids are handled once."""
 
 from __future__ import annotations
 
@@ -74,3 +77,36 @@ def is_model_id(canonical: str) -> bool:
 def is_leaf_id(canonical: str) -> bool:
     """A column, measure or aggregation id (``ds.model.leaf``)."""
     return not is_memory_ref(canonical) and depth_of(canonical) >= 2
+
+
+def lineage(canonical: str) -> list[str]:
+    """The id's ancestors from its datasource down, then the id: ``a.b.c`` -> [a, a.b, a.b.c]; a
+    memory ref, which has no ancestors, is alone in its lineage."""
+    if is_memory_ref(canonical):
+        return [canonical]
+    ds, model, leaf = split_canonical(canonical)
+    out = [ds]
+    if model is not None:
+        out.append(f"{ds}.{model}")
+    if leaf is not None:
+        out.append(canonical)
+    return out
+
+
+def split_model_id(model_id: str) -> tuple[str, str]:
+    """``ds.model`` -> (ds, model)."""
+    ds, _, name = model_id.partition(".")
+    return ds, name
+
+
+def name_of(canonical: str) -> str:
+    """An entity's own name: the last segment (``ds.model.leaf`` -> ``leaf``); a memory's id."""
+    if is_memory_ref(canonical):
+        return memory_id_of(canonical)
+    return canonical.rpartition(".")[2]
+
+
+def with_name(canonical: str, name: str) -> str:
+    """The id the entity would have under another name: its parent kept, its own name replaced."""
+    parent = parent_of(canonical)
+    return name if parent is None else f"{parent}.{name}"

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import immutables
 
-from slayer_lsp.catalog.ids import memory_ref, parent_of
+from slayer_lsp.catalog.ids import memory_ref, name_of, parent_of
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.locate import StoreLocation
 from slayer_lsp.store.reader import PRIORITY_KEY, DocKey, LoadIssue, Source, StoredDoc, StoreRead
@@ -45,9 +45,7 @@ class Entity:
 
     @property
     def name(self) -> str:
-        if self.kind == "memory":
-            return self.canonical[len("memory:"):]
-        return self.canonical.rsplit(".", 1)[-1]
+        return name_of(self.canonical)
 
     @property
     def description(self) -> str | None:

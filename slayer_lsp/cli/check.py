@@ -28,6 +28,7 @@ from slayer_lsp import __version__
 
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog
+    from slayer_lsp.reach.scope import Scope
     from slayer_lsp.store.locate import StoreLocation
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_scope_arguments(p: argparse.ArgumentParser) -> None:
-    """The session scope (``catalog.scope``): what lies outside it is unreachable on every path."""
+    """The session scope (``reach.scope``): what lies outside it is unreachable on every path."""
     p.add_argument("--scope-datasource", action="append", dest="scope_datasources", metavar="DS",
                    help="reach only this datasource (repeatable; default every datasource)")
     p.add_argument("--access-tag", action="append", dest="access_tags", metavar="TAG",
@@ -97,7 +98,7 @@ def add_scope_arguments(p: argparse.ArgumentParser) -> None:
                    help="the caller holds no access tag: only models without access_tags are reachable")
 
 
-def scope_from_args(args: argparse.Namespace):  # -> catalog.scope.Scope
+def scope_from_args(args: argparse.Namespace) -> Scope:
     from slayer_lsp.reach.scope import Scope
 
     try:
@@ -133,11 +134,11 @@ def _absolute_location(storage: str | None) -> StoreLocation:
     return StoreLocation(loc.backend, Path(os.path.abspath(loc.path)))
 
 
-def _store_catalog(storage: str | None, scope: Any, verb: str) -> tuple[StoreLocation, Catalog]:
+def _store_catalog(storage: str | None, scope: Scope | None, verb: str) -> tuple[StoreLocation, Catalog]:
     """The store's location and its (reachable) catalog; a store that cannot be read at all is a
     usage error."""
     from slayer_lsp.catalog import load_catalog
-    from slayer_lsp.reach.scope import restrict
+    from slayer_lsp.reach.reachable import restrict
 
     location = _absolute_location(storage)
     catalog = load_catalog(location)
@@ -194,7 +195,7 @@ def documents_to_check(paths: Iterable[str], location: Any) -> list[tuple[str, s
 def diagnose_file(path: str, kind: str, catalog: Any, location: Any) -> list[Any]:
     """The diagnostics the language server publishes for this file when it is opened unchanged."""
     from slayer_lsp.analysis import diagnostics as diag
-    from slayer_lsp.analysis import documents as dm
+    from slayer_lsp.analysis import parsed_file as dm
     from slayer_lsp.analysis.store_checks import is_store_file
     from slayer_lsp.store.safefs import Refused, read_file
 
@@ -238,10 +239,10 @@ class Report:
 
 
 def run_impact(entities: list[str], paths: list[str], storage: str | None, cwd: str | None = None,
-               scope: Any = None) -> Report:
+               scope: Scope | None = None) -> Report:
     """What uses each entity (``analysis.impact``, the editor's own answer), one finding per use at
     its location. An entity the store does not have is a usage error."""
-    from slayer_lsp.analysis import documents as dm
+    from slayer_lsp.analysis import parsed_file as dm
     from slayer_lsp.analysis.impact import ImpactError, impact
     from slayer_lsp.analysis.store_checks import is_store_file
     from slayer_lsp.analysis.workspace import WorkspaceDoc
@@ -282,9 +283,9 @@ def run_impact(entities: list[str], paths: list[str], storage: str | None, cwd: 
     return Report(results, str(location), len(docs), tuple(entities))
 
 
-def run_check(paths: list[str], storage: str | None, cwd: str | None = None, scope: Any = None) -> Report:
+def run_check(paths: list[str], storage: str | None, cwd: str | None = None, scope: Scope | None = None) -> Report:
     """Every finding, sorted by path and position. Raises ``UsageError`` for a bad path or a store
-    that cannot be read at all. Under a ``scope`` (``catalog.scope.Scope``) only the reachable
+    that cannot be read at all. Under a ``scope`` (``reach.scope.Scope``) only the reachable
     catalog is checked, and a reference to something outside it is unknown, like a missing one."""
     from slayer_lsp.analysis.store_checks import check_store
 

@@ -11,11 +11,15 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from slayer_lsp import __version__
 from slayer_lsp.cli import check
+
+if TYPE_CHECKING:
+    from slayer_lsp.reach.scope import Scope
 
 
 def _storage_arg(p: argparse.ArgumentParser) -> None:
@@ -129,7 +133,7 @@ def _load_query(raw: str) -> dict:
     return data
 
 
-def _scope(args: argparse.Namespace):  # -> catalog.scope.Scope
+def _scope(args: argparse.Namespace) -> Scope:
     try:
         return check.scope_from_args(args)
     except check.UsageError as exc:

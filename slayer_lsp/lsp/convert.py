@@ -18,11 +18,11 @@ from pygls.workspace.position_codec import PositionCodec, ServerTextPosition
 from slayer_lsp import protocol_types as p
 from slayer_lsp.analysis import completion as comp
 from slayer_lsp.analysis import diagnostics as diag
-from slayer_lsp.analysis import documents as dm
 from slayer_lsp.analysis import hover as hov
 from slayer_lsp.analysis import impact as imp
 from slayer_lsp.analysis import inlay as inl
 from slayer_lsp.analysis import navigation as nav
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis import signature as sig
 from slayer_lsp.analysis.inspect import InspectItem
 from slayer_lsp.catalog.ids import is_memory_ref

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types as t
 
 from slayer_lsp.analysis import diagnostics as diag
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.lsp import convert
 
 if TYPE_CHECKING:

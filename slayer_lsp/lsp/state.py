@@ -33,8 +33,8 @@ from pygls.workspace.position_codec import PositionCodec
 
 from slayer_lsp import __version__
 from slayer_lsp.analysis import completion as comp
-from slayer_lsp.analysis import documents as dm
 from slayer_lsp.analysis import navigation as nav
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.analysis import rename as ren
 from slayer_lsp.analysis import workspace as wsp
 from slayer_lsp.lsp import convert
@@ -494,10 +494,10 @@ class SlayerLanguageServer(LanguageServer):
             log.exception("%s failed", getattr(fn, "__name__", fn))
             return default
 
-    def scope(self) -> comp.Scope:
+    def scope(self) -> comp.CompletionFilter:
         """Completion's own filter: none, since the engine's catalog already holds only what the
         session's scope reaches (``session_scope``)."""
-        return comp.Scope()
+        return comp.CompletionFilter()
 
     def markdown_ok(self) -> bool:
         caps = self.client_capabilities

@@ -17,7 +17,15 @@ from urllib.parse import quote, unquote
 import msgspec
 
 from slayer_lsp.catalog import Catalog, Delta
-from slayer_lsp.catalog.ids import memory_id_of, memory_ref
+from slayer_lsp.catalog.ids import (
+    datasource_of,
+    is_descendant_or_self,
+    is_memory_ref,
+    memory_id_of,
+    memory_ref,
+    model_of,
+    split_model_id,
+)
 from slayer_lsp.mcp import types as mt
 
 SCHEME = "slayer://"
@@ -41,7 +49,7 @@ def datasource_uri(name: str) -> str:
 
 
 def model_uri(model_id: str) -> str:
-    ds, _, name = model_id.partition(".")
+    ds, name = split_model_id(model_id)
     return f"{SCHEME}model/{quote(ds, safe='')}.{quote(name, safe='')}"
 
 
@@ -123,7 +131,7 @@ def _datasource(catalog: Catalog, name: str) -> mt.DatasourceResource | None:
     ds = catalog.datasources.get(name)
     if ds is None:
         return None
-    models = [mid for mid in _visible_models(catalog) if mid.partition(".")[0] == name]
+    models = [mid for mid in _visible_models(catalog) if datasource_of(mid) == name]
     return mt.DatasourceResource(name=name, type=ds.type, database=ds.database, schema_name=ds.schema_name,
                                  description=ds.description, models=models)
 
@@ -149,7 +157,7 @@ def _model(catalog: Catalog, ds: str, name: str) -> mt.ModelResource | None:
                          join_type=j.join_type, cardinality=j.cardinality, name=j.name, description=j.description)
              for j in model.joins]
     about = [mem_id for mem_id, mem in catalog.memories.items()
-             if any(tag == mid or tag.startswith(mid + ".") for tag in mem.entities)]
+             if any(is_descendant_or_self(tag, mid) for tag in mem.entities)]
     return mt.ModelResource(id=mid, name=name, datasource=ds, description=model.description,
                             sql_table=model.sql_table, default_time_dimension=model.default_time_dimension,
                             columns=columns, measures=measures, aggregations=aggregations, joins=joins,
@@ -169,14 +177,14 @@ def changed_uris(catalog: Catalog, delta: Delta) -> set[str]:
     went changes its datasource's list of models."""
     out: set[str] = set()
     for canonical in delta.touched:
-        if canonical.startswith("memory:"):
+        if is_memory_ref(canonical):
             out.add(memory_uri(memory_id_of(canonical)))
             continue
-        parts = canonical.split(".")
-        if len(parts) == 1:
-            out.add(datasource_uri(parts[0]))
+        model = model_of(canonical)
+        if model is None:
+            out.add(datasource_uri(canonical))
         else:
-            out.add(model_uri(f"{parts[0]}.{parts[1]}"))
-            if len(parts) == 2 and canonical not in delta.changed:
-                out.add(datasource_uri(parts[0]))
+            out.add(model_uri(model))
+            if model == canonical and canonical not in delta.changed:
+                out.add(datasource_uri(datasource_of(canonical)))
     return out

@@ -18,6 +18,7 @@ import keyword
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 __all__ = [
     "Agg", "Lit", "ModeBError", "Node", "Op", "Ref", "Scalar", "Star", "Transform",
@@ -266,13 +267,13 @@ class _Parser:
             self.fail(f"expected {value!r}")
         self.i += 1
 
-    def fail(self, why: str) -> ModeBError:
+    def fail(self, why: str) -> NoReturn:
         """A syntax error at the current token."""
         tok = self.tok
         where = "end of input" if tok.kind == "END" else f"{tok.value!r} at offset {tok.start}"
         raise ModeBError(f"Invalid Mode-B expression {self.text!r}: {why} ({where}).")
 
-    def refuse(self, why: str) -> ModeBError:
+    def refuse(self, why: str) -> NoReturn:
         """A well-formed construct Mode-B does not accept."""
         raise ModeBError(f"Invalid Mode-B expression {self.text!r}: {why}.")
 
@@ -418,7 +419,7 @@ class _Parser:
         start = self.i
         if tok.kind == "NUM":
             self.i += 1
-            node: Node = Lit()
+            node: Node | _Bad = Lit()
         elif tok.kind == "STR":
             while self.tok.kind == "STR":  # adjacent literals concatenate, as in Python
                 self.i += 1
@@ -461,11 +462,11 @@ class _Parser:
             self.fail("unsupported attribute base")
         return node
 
-    def paren(self) -> Node:
+    def paren(self) -> Node | _Bad:
         self.i += 1
         if self.at_op(")"):
             self.i += 1
-            return _Bad("empty tuple")  # type: ignore[return-value]
+            return _Bad("empty tuple")
         first = self.expr()
         if self.at_op(")"):
             self.i += 1
@@ -477,7 +478,7 @@ class _Parser:
         items = [first, *rest]
         if all(_is_literal(x) for x in items):
             return Lit("tuple")
-        return _Bad("tuple")  # type: ignore[return-value]
+        return _Bad("tuple")
 
     def items(self, close: str) -> list[Node]:
         out: list[Node] = []
@@ -720,6 +721,9 @@ class _Parser:
 
 @dataclass(frozen=True, slots=True)
 class _Bad:
+    """A list or tuple the parser has read but refuses: only a tuple of literals is a value, and
+    only where ``primary`` allows one."""
+
     what: str
 
 

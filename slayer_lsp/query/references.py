@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from slayer_lsp.catalog import Catalog
+from slayer_lsp.catalog.ids import memory_ref
 from slayer_lsp.query import formulas
 from slayer_lsp.query.resolver import EntityResolutionError, SourceModel, model_identity, resolve_entity
 from slayer_lsp.store import documents as d
@@ -423,6 +424,6 @@ def stale_query_warning(catalog: Catalog, mem: d.Memory) -> str | None:
     try:
         extract_entities_from_query(mem.query, catalog)
     except EntityResolutionError as exc:
-        return (f"example_query memory:{mem.id}: attached query has stale references ({exc}); "
+        return (f"example_query {memory_ref(mem.id)}: attached query has stale references ({exc}); "
                 "re-save to clean.")
     return None

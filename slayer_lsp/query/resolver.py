@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import MEMORY_PREFIX
+from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, name_of, split_model_id
 from slayer_lsp.query import formulas
 from slayer_lsp.store import documents as d
 
@@ -131,7 +131,7 @@ def _build_index(catalog: Catalog) -> _Index:
     for mid, model in catalog.models.items():
         ds = model.data_source or ""
         for leaf_id in catalog.children(mid):
-            leaf = leaf_id[len(mid) + 1:]
+            leaf = name_of(leaf_id)
             owners.setdefault(leaf, {}).setdefault(ds, []).append(model.name)
         for join in model.joins:
             if join.target_model != model.name:
@@ -166,7 +166,7 @@ def _model_facts(catalog: Catalog) -> dict[object, _ModelFacts]:
 
 def _facts(catalog: Catalog, mid: str, doc: object, model: d.Model) -> _ModelFacts:
     return _ModelFacts(doc, model.data_source or "", model.name,
-                       tuple(leaf_id[len(mid) + 1:] for leaf_id in catalog.children(mid)),
+                       tuple(name_of(leaf_id) for leaf_id in catalog.children(mid)),
                        tuple((j.target_model, j) for j in model.joins if j.target_model != model.name))
 
 
@@ -268,11 +268,11 @@ def _updated_index(catalog: Catalog, old_facts: dict[object, _ModelFacts],
             owners[leaf] = by_ds
         else:
             owners.pop(leaf, None)
-    for key, entries in touched_incoming.items():
+    for ds_target, entries in touched_incoming.items():
         if entries:
-            incoming[key] = tuple(entries)
+            incoming[ds_target] = tuple(entries)
         else:
-            incoming.pop(key, None)
+            incoming.pop(ds_target, None)
     return new_facts, _Index(owners, incoming)
 
 
@@ -422,7 +422,7 @@ def resolve_entity(raw: str, catalog: Catalog, source_model: str | SourceModel |
     leaves, and ``count(*)`` means it. ``priority`` replaces ``catalog.priority`` when given
     (``()`` means no priority). Raises ``EntityResolutionError`` (or a subclass)."""
     if isinstance(source_model, str):
-        ds, _, name = source_model.partition(".")
+        ds, name = split_model_id(source_model)
         if catalog.model(ds, name) is None:
             raise EntityResolutionError(f"Source model not found: {source_model!r}.")
         source_model = SourceModel(ds, name)
@@ -435,8 +435,8 @@ def _resolve(raw: str, ctx: _Ctx) -> Resolution:
         raise EntityResolutionError("entity reference is empty")
     catalog = ctx.catalog
 
-    if raw.startswith(MEMORY_PREFIX):
-        memory_id = raw[len(MEMORY_PREFIX):]
+    if is_memory_ref(raw):
+        memory_id = memory_id_of(raw)
         check_memory_id(memory_id)
         if catalog.memory(memory_id) is None:
             raise EntityResolutionError(f"No memory with id {memory_id!r}.")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from slayer_lsp.catalog.ids import is_memory_ref
+from slayer_lsp.catalog.ids import is_memory_ref, split_canonical
 from slayer_lsp.store import documents as d
 from slayer_lsp.texts.statements import memory_text
 from slayer_lsp.texts.words import words_of
@@ -149,8 +149,8 @@ def memory_facets(mem: d.Memory) -> dict[str, str]:
     for tag in mem.entities:
         if is_memory_ref(tag):
             continue
-        path = tag.split(".")
-        tags.append(words_of(" ".join(path[1:] if len(path) > 1 else path)))
+        ds, model, leaf = split_canonical(tag)  # named below its datasource, unless it is one
+        tags.append(words_of(ds if model is None else " ".join(p for p in (model, leaf) if p is not None)))
     tags = list(dict.fromkeys(t for t in tags if t))
     if tags:
         out["entities"] = _listing(tags, MAX_TAGS)

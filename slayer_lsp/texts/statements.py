@@ -8,8 +8,8 @@ content hash and no re-embedding. Memories are embedded as SLayer embeds them (l
 line, the description), so their hashes match rows SLayer wrote.
 
 Every statement belongs to a group (``about``, ``type``, ``values``, ``logic``, ``context``);
-``facets()`` groups them. The facets that are embedded and ranked on their own, apart from this
-whole text, are declared in ``embed.facets``.
+``statement_groups()`` groups them. These groups are not facets: the facets that are embedded and
+ranked on their own, apart from this whole text, are declared in ``texts.facets``.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from slayer_lsp.texts.words import words_of
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog
 
-FACETS = ("about", "type", "values", "logic", "context")
+STATEMENT_GROUPS = ("about", "type", "values", "logic", "context")
 MAX_LISTED = 40  # names listed in a model's or datasource's statement
 MAX_SAMPLES = 20
 MAX_SAMPLE_CHARS = 400
 
-Statement = tuple[str, str]  # (facet, sentence)
+Statement = tuple[str, str]  # (group, sentence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,18 +189,20 @@ def entity_text(obj: EntityObj, *, model: d.Model | None = None, models: Sequenc
     return " ".join(p for p in parts if p)
 
 
-def facets(obj: EntityObj, *, model: d.Model | None = None, models: Sequence[d.Model] = ()) -> dict[str, str]:
-    """The entity's statements grouped by facet (the description opens ``about``); empty facets are
-    left out. A memory is one facet, ``about``."""
+def statement_groups(
+    obj: EntityObj, *, model: d.Model | None = None, models: Sequence[d.Model] = ()
+) -> dict[str, str]:
+    """The entity's statements joined per group (the description opens ``about``); empty groups are
+    left out. A memory is one group, ``about``."""
     if isinstance(obj, d.Memory):
         return {"about": memory_text(obj)}
-    groups: dict[str, list[str]] = {f: [] for f in FACETS}
+    groups: dict[str, list[str]] = {g: [] for g in STATEMENT_GROUPS}
     desc = _description(obj)
     if desc:
         groups["about"].append(desc)
-    for facet, sentence in statements(obj, model=model, models=models):
-        groups[facet].append(sentence)
-    return {f: " ".join(v) for f, v in groups.items() if v}
+    for group, sentence in statements(obj, model=model, models=models):
+        groups[group].append(sentence)
+    return {g: " ".join(v) for g, v in groups.items() if v}
 
 
 # --------------------------------------------------------------------------- from a catalog

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.catalog.ids import MEMORY_PREFIX
+from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref
 from slayer_lsp.query.normal_form import QueryRefused, normalize_query
 from slayer_lsp.query.references import extract_entities_from_query
 from slayer_lsp.query.resolver import EntityResolutionError, check_memory_id, resolve_entity
@@ -446,9 +446,9 @@ def _existing_created_at(memory_id: str, front: Mapping[str, Any] | None) -> str
 def _check_memory_targets(entities: Sequence[str], exists: Callable[[str], bool]) -> None:
     """Every ``memory:<id>`` tag must name a memory the store holds right now."""
     for entity in entities:
-        if entity.startswith(MEMORY_PREFIX) and not exists(entity[len(MEMORY_PREFIX):]):
+        if is_memory_ref(entity) and not exists(memory_id_of(entity)):
             raise MemoryWriteError(f"cannot resolve {entity!r}: No memory with id "
-                                   f"'{entity[len(MEMORY_PREFIX):]}'.", reference=entity, kind=WriteErrorKind.UNRESOLVED)
+                                   f"'{memory_id_of(entity)}'.", reference=entity, kind=WriteErrorKind.UNRESOLVED)
 
 
 def _read_text(path: Path) -> str:
@@ -580,7 +580,7 @@ def _forget_yaml(store: Path, memory_id: str, timeout: float) -> bool:
                 os.unlink(target)
             except OSError as exc:
                 raise io_error("delete", target, exc) from exc
-            tag = f"{MEMORY_PREFIX}{memory_id}"
+            tag = memory_ref(memory_id)
             sidecar = store / "embeddings.db"
             if sidecar.is_file():
                 try:
@@ -661,7 +661,7 @@ def _save_sqlite(db: Path, memory_id: str | None, learning: str, description: st
 
 
 def _forget_sqlite(db: Path, memory_id: str, timeout: float) -> bool:
-    tag = f"{MEMORY_PREFIX}{memory_id}"
+    tag = memory_ref(memory_id)
     try:
         with sqlite_transaction(db, timeout) as conn:
             check_sqlite_schema(conn, db)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slayer_lsp.analysis import documents as dm
+from slayer_lsp.analysis import parsed_file as dm
 from slayer_lsp.lsp.options import DEFAULT_MEMORY_PATTERNS, DEFAULT_QUERY_PATTERNS
 
 
@@ -205,8 +205,8 @@ FORMULA_CASES = [
 
 
 @pytest.mark.parametrize(("text", "expected"), FORMULA_CASES)
-def test_formula_tokens(text, expected):
-    assert [(tok.text, tok.is_call, tok.call) for tok in dm.formula_tokens(text)] == expected
+def test_scan_formula(text, expected):
+    assert [(tok.text, tok.is_call, tok.call) for tok in dm.scan_formula(text)] == expected
 
 
 CLASSIFY_CASES = [

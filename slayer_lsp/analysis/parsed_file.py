@@ -266,10 +266,11 @@ class FormulaToken:
     call: str | None  # the innermost enclosing call
 
 
-def formula_tokens(text: str) -> list[FormulaToken]:
+def scan_formula(text: str) -> list[FormulaToken]:
     """Identifier paths of a formula or filter, with the calls they sit in. String literals,
     ``{variables}``, numbers, keywords and keyword-argument names are skipped; ``orders.*`` names
-    the model ``orders``; the legacy ``amount:sum`` form names ``amount``."""
+    the model ``orders``; the legacy ``amount:sum`` form names ``amount``. A tolerant scan with
+    positions, for half-typed text; SLayer's own tokens (strings) are ``query.formulas.formula_tokens``."""
     out: list[FormulaToken] = []
     calls: list[str | None] = []
     pending_call: str | None = None
@@ -358,7 +359,7 @@ def _formula_refs(out: _Out, sc: Scalar, role: str, fld: str, index: int | None,
     if value is None:
         return
     hint = 0
-    for tok in formula_tokens(value):
+    for tok in scan_formula(value):
         span = scalar_span(out.text, sc, tok.start, tok.end, token=tok.text, hint=hint)
         hint = tok.end
         if tok.is_call:
@@ -834,7 +835,7 @@ def context_at(doc: ParsedDocument, line: int, col: int) -> CursorContext | None
     prefix = m.group(0) if m else ""
     # the innermost open call left of the prefix
     call = None
-    toks = formula_tokens(before[: len(before) - len(prefix)] + "x")
+    toks = scan_formula(before[: len(before) - len(prefix)] + "x")
     if toks:
         call = toks[-1].call
     return CursorContext(role, fld, prefix, Span(line, col - len(prefix), col), stage, call, False, qpath)
