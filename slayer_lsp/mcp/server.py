@@ -41,6 +41,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from slayer_lsp import __version__
+from slayer_lsp import protocol_types as p
 from slayer_lsp.mcp import resources as res
 from slayer_lsp.mcp import types as mt
 
@@ -325,7 +326,6 @@ class McpApp:
         return msgspec.convert(out, mt.McpStatus, from_attributes=True)
 
     async def tool_save_memory(self, ctx: Any, params: Any) -> Any:
-        from slayer_lsp import protocol_types as p
         from slayer_lsp.writer import scoped as writes
 
         kwargs = _save_arguments(params)
@@ -344,7 +344,6 @@ class McpApp:
                                   warnings=saved.warnings)
 
     async def tool_forget_memory(self, ctx: Any, params: Any) -> Any:
-        from slayer_lsp import protocol_types as p
         from slayer_lsp.writer import scoped as writes
 
         if isinstance(params.id, str) and not params.id.strip():
@@ -408,17 +407,13 @@ def _checked_arguments(arguments: Any) -> dict[str, Any]:
     return arguments
 
 
-def _save_arguments(params: Any) -> dict[str, Any]:
-    """The writer's keyword arguments: ``entities`` or ``query`` (SLayer's ``linked_entities`` is
-    either: a list or an object), as ``slayer/saveMemory`` takes them."""
-    entities, query = params.entities, params.query
-    if params.linked_entities is not None:
-        if entities is not None or query is not None:
-            raise ToolError("give 'linked_entities' or 'entities'/'query', not both")
-        linked = params.linked_entities
-        entities, query = (None, linked) if isinstance(linked, dict) else (linked, None)
-    if entities is None and query is None:
-        raise ToolError("give 'entities' (a list of references) or 'query' (an object)")
+def _save_arguments(params: p.SaveMemoryParams) -> dict[str, Any]:
+    """The writer's keyword arguments, with SLayer's ``linked_entities`` spelling read as
+    ``slayer/saveMemory`` reads it (``SaveMemoryParams.links``)."""
+    try:
+        entities, query = params.links()
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
     return {"learning": params.learning, "entities": entities, "query": query, "id": params.id,
             "description": params.description}
 

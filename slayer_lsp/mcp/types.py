@@ -18,7 +18,7 @@ from slayer_lsp.analysis.inspect import InspectItem
 from slayer_lsp.search.facet_ranking import SearchFacetsParams, SearchFacetsResponse
 from slayer_lsp.search.types import SearchParams, SearchResponse
 
-MAX_INSPECT_REFS = 1000  # references per inspect call, as slayer/inspect
+MAX_INSPECT_REFS = p.MAX_INSPECT_REFS  # references per inspect call, as slayer/inspect
 MAX_ARGUMENT_CHARS = 4 * 1024 * 1024  # characters of text (strings and keys) in one tool call's arguments
 MAX_ARGUMENT_DEPTH = 100  # levels of arrays and objects in a tool call's arguments, as the LSP daemon
 PAGE_SIZE = 100  # resources per resources/list page
