@@ -18,6 +18,7 @@ sees the file as it is.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import sqlite3
@@ -153,6 +154,12 @@ def split_front_matter(text: str) -> tuple[dict[str, Any] | None, str]:
 _StatKey = tuple[int, int, int, int] | tuple[()]
 
 
+log = logging.getLogger(__name__)
+
+PARALLEL_PARSE_MIN = 2000  # files to parse before worker processes pay for their start (~0.3 s each)
+PARALLEL_PARSE_WORKERS = 4
+
+
 class YamlReader:
     """Reads ``datasources/*.yaml``, ``models/<ds>/*.yaml``, ``memories/*.md`` and ``priority.yaml``."""
 
@@ -195,6 +202,7 @@ class YamlReader:
                        else list(listed.items()))
         else:
             entries = list(self._listing())
+            self._parse_in_parallel([path for path, _ in entries if path not in self._cache])
         self._listed = dict(entries)
         out.issues.extend(self._listing_issues)
         live: set[str] = set()
@@ -244,6 +252,42 @@ class YamlReader:
         return (rank, *rel[1:])
 
     # ------------------------------------------------------------------ parse cache (see cache.py)
+
+    def _parse_in_parallel(self, paths: list[str]) -> None:
+        """Parse many files on every core before the read walks them (a cold start of a large
+        store is mostly YAML parsing, which holds the GIL): worker processes parse slices of the
+        paths and send back what ``export_parsed`` gives, which seeds the cache; the read then only
+        stats each file. A file a worker could not load is simply loaded again here, with its issue.
+        Workers are plain ``python -m`` processes (stdout is the parent's pipe, never its stdout)."""
+        workers = min(PARALLEL_PARSE_WORKERS, os.cpu_count() or 1)
+        if workers < 2 or len(paths) < PARALLEL_PARSE_MIN:
+            return
+        import subprocess
+        import sys
+
+        from slayer_lsp.store.cache import CachedDoc
+
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for k in range(workers):
+                proc = subprocess.Popen([sys.executable, "-m", "slayer_lsp.store.parse_worker"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                procs.append(proc)
+                assert proc.stdin is not None
+                proc.stdin.write(msgspec.msgpack.encode((str(self.root), paths[k::workers])))
+                proc.stdin.close()
+            for proc in procs:
+                assert proc.stdout is not None
+                blob = proc.stdout.read()
+                if proc.wait() == 0:
+                    self.import_parsed(msgspec.msgpack.decode(blob, type=list[CachedDoc]))
+        except Exception as exc:  # noqa: BLE001 - what the workers did not parse is parsed here
+            log.warning("parallel parse failed (%s); parsing in one process", exc)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
 
     def export_parsed(self) -> list[Any]:
         """The parsed documents with the stat key of their file, for the on-disk cache."""
@@ -618,6 +662,17 @@ def _rows(conn: sqlite3.Connection, table: str, keys: tuple[str, ...], column: s
         key = f"#{n} ({problem})" if problem else ".".join(values)
         out.append((table, key, problem, row[-3], row[-2] or 0, row[-1]))
     return out
+
+
+def parse_paths(root: str, paths: list[str]) -> bytes:
+    """A worker's part of ``YamlReader._parse_in_parallel`` (``store/parse_worker.py``): parse
+    ``paths`` of the YAML store at ``root``, return the cache entries (msgpack)."""
+    reader = YamlReader(locate(root))
+    for path in paths:
+        parse = reader._parser_for(path)  # the same class, in another process
+        if parse is not None:
+            reader._load(path, parse)
+    return msgspec.msgpack.encode(reader.export_parsed())
 
 
 # --------------------------------------------------------------------------- entry points
