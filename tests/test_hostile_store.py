@@ -127,12 +127,15 @@ def _link(rel: str, target: Callable[[Path, Path], Path]) -> Callable[[Path, Pat
 
 def _write(rel: str, text: str | bytes) -> Callable[[Path, Path], Path]:
     def plant(store: Path, out: Path) -> Path:
+        """Written whole, then renamed into place (as SLayer writes): a watcher never sees half of it."""
         path = store / rel
         path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.planting")
         if isinstance(text, bytes):
-            path.write_bytes(text)
+            tmp.write_bytes(text)
         else:
-            path.write_text(text)
+            tmp.write_text(text)
+        os.replace(tmp, path)
         return path
     return plant
 

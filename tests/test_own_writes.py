@@ -103,3 +103,26 @@ def test_a_wal_store_has_no_counter_and_is_always_read(store: Path) -> None:
     reader = StoreReader(store)
     reader.read()
     assert not reader.read().unchanged
+
+
+def test_reading_the_counter_never_drops_sqlites_locks(store: Path) -> None:
+    """Closing any descriptor of a file drops the process's POSIX locks on it, SQLite's too: the
+    counter is read through a descriptor that is never closed, so a transaction here keeps its lock."""
+    import subprocess
+    import sys
+
+    conn = sqlite3.connect(store, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('slayer_lsp_probe', '2')")
+        for _ in range(3):
+            assert own_writes.change_counter(store) is not None
+        other = subprocess.run([sys.executable, "-c", (
+            "import sqlite3, sys\n"
+            "c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)\n"
+            "try:\n    c.execute('BEGIN IMMEDIATE')\nexcept sqlite3.OperationalError as e:\n    print(e)\n"
+            "else:\n    print('got the write lock')\n"), str(store)], capture_output=True, text=True, timeout=60)
+        assert other.stdout.strip() == "database is locked"
+        conn.execute("COMMIT")
+    finally:
+        conn.close()

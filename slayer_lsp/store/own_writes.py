@@ -23,23 +23,24 @@ __all__ = ["change_counter", "note_commit", "only_ours"]
 
 _MAX_NOTED = 4096  # per store: a reader that never comes back must not grow this for ever
 
+_MAX_FDS = 64
+
 _lock = threading.Lock()
 _ours: dict[str, dict[int, int]] = {}
+_fds: dict[str, tuple[tuple[int, int], int]] = {}  # real path -> ((device, inode), descriptor)
+_kept: list[int] = []  # every descriptor ever opened here: never closed (see _header_fd)
 
 
 def change_counter(db: Path | str) -> int | None:
     """The file change counter of a rollback-journal SQLite database, or None (WAL, unreadable, short)."""
-    try:
-        fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+    fd = _header_fd(db)
+    if fd is None:
         return None
     try:
         header = os.pread(fd, 100, 0)
         size = os.fstat(fd).st_size
     except OSError:
         return None
-    finally:
-        os.close(fd)
     if len(header) < 100 or not header.startswith(b"SQLite format 3\x00") or header[18] == 2 or header[19] == 2:
         return None
     counter = int.from_bytes(header[24:28], "big")
@@ -48,6 +49,32 @@ def change_counter(db: Path | str) -> int | None:
     if int.from_bytes(header[92:96], "big") != counter or (page_size or 65536) * pages != size:
         return None  # a header SQLite did not finish writing, or a file cut short or grown behind its back
     return counter
+
+
+def _header_fd(db: Path | str) -> int | None:
+    """A descriptor of the database file that stays open for the life of the process. Closing any
+    descriptor of a file drops every POSIX lock the process holds on it, SQLite's included (a
+    transaction of the embedding worker would lose its lock mid-way), so these are never closed; a
+    replaced file gets a new one, and past ``_MAX_FDS`` replacements the counter is simply unknown."""
+    key = _key(db)
+    try:
+        st = os.stat(key)
+    except OSError:
+        return None
+    with _lock:
+        known = _fds.get(key)
+        if known is not None and known[0] == (st.st_dev, st.st_ino):
+            return known[1]
+        if len(_kept) >= _MAX_FDS:
+            return None
+        try:
+            fd = os.open(key, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        _kept.append(fd)
+        opened = os.fstat(fd)
+        _fds[key] = ((opened.st_dev, opened.st_ino), fd)
+        return fd if (opened.st_dev, opened.st_ino) == (st.st_dev, st.st_ino) else None
 
 
 def note_commit(db: Path | str, before: int | None) -> None:
