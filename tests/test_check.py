@@ -231,6 +231,7 @@ def test_text_format(broken):
     assert len(lines) - 1 == len(findings)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["text", "json", "github", "sarif"])
 def test_exit_codes_per_format(broken, clean, fmt):
     assert run("check", "--storage", "store", "--format", fmt, cwd=broken).returncode == 1
@@ -381,6 +382,7 @@ limt: 5
 """
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="function")
 async def test_cli_and_editor_agree(broken, tmp_path):
     """The language server publishes, for the same files, exactly what the check prints (converted

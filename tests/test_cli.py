@@ -86,6 +86,7 @@ def test_inspect_json_and_failure():
     assert items[1]["error"].startswith("Entity 'nosuch' not found")
 
 
+@pytest.mark.slow
 def test_embed_status_and_dense_search(tmp_path):
     import shutil
 

@@ -163,6 +163,7 @@ def leftovers(cache: Path) -> list[str]:
 # --------------------------------------------------------------------------- indexing and cache writes
 
 
+@pytest.mark.slow
 def test_search_killed_at_random_points_never_leaves_a_trusted_broken_cache(store, tmp_path):
     rng = random.Random(SEED)
     cache, cold = tmp_path / "cache", Cold()
@@ -205,6 +206,7 @@ for i in itertools.count():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["daemon", "one-shot"])
 def test_a_long_lived_engine_killed_at_random_points(store, tmp_path, mode):
     rng = random.Random(f"{SEED}-{mode}")
@@ -246,6 +248,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
 def test_a_damaged_cache_is_detected_and_rebuilt(store, tmp_path, damage):
     cache, cold = tmp_path / "cache", Cold()
@@ -291,6 +294,7 @@ def _embedded(store: Path, cache: Path) -> tuple[list[tuple[str, ...]], list[tup
         next(cache.glob("*/parts.db")), "part_vectors")
 
 
+@pytest.mark.slow
 def test_embed_killed_at_random_points_then_finished_equals_an_uninterrupted_embed(tmp_path):
     rng = random.Random(f"{SEED}-embed")
     stores = {}
@@ -359,6 +363,7 @@ def _check_memories(store: Path) -> int:
     return len(probes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["yaml", "sqlite"])
 def test_save_memory_killed_mid_save_leaves_no_partial_memory(tmp_path, backend):
     if backend == "yaml":

@@ -287,6 +287,7 @@ def _long_text(n_words: int) -> list[str]:
     return [WORDS[i % len(WORDS)] for i in range(n_words)]
 
 
+@pytest.mark.slow
 def test_minilm_long_texts_are_chunked_averaged_and_renormalised(minilm):
     words = _long_text(600)
     assert len(minilm._runtime().tokenizer.encode(" ".join(words), add_special_tokens=False).ids) == 600
@@ -944,6 +945,7 @@ def test_query_failure_is_a_warning(yaml_store):
 # --------------------------------------------------------------------------- the real model end to end
 
 
+@pytest.mark.slow
 def test_worker_with_the_default_model_on_the_fixture(minilm, yaml_store):
     cat = load_catalog(yaml_store)
     with make_worker(yaml_store, minilm, items=lambda: CatalogItems(cat), switch_model=True) as w:
@@ -1005,6 +1007,7 @@ def _slayer_python() -> Path | None:
     return None
 
 
+@pytest.mark.slow
 def test_round_trip_with_slayers_table_code(store_path, tmp_path):
     python = _slayer_python()
     if python is None:

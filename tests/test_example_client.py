@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import msgspec
+import pytest
 
 from slayer_lsp.protocol_types import InspectResult
 from slayer_lsp.search.types import SearchResponse
@@ -30,6 +31,7 @@ def test_uses_the_standard_library_only():
     assert imported - {"__future__"} <= set(sys.stdlib_module_names), imported
 
 
+@pytest.mark.slow
 def test_search_and_inspect_end_to_end():
     proc = run_client("--storage", str(YAML_STORE), "--question", "net sales by store", "--ref", "orders.subtotal",
                       "--ref", "memory:5", "--ref", "nope", "--no-embeddings", "--json", "--quiet")
@@ -48,6 +50,7 @@ def test_search_and_inspect_end_to_end():
     assert missing.canonical is None and "not found" in (missing.error or "")
 
 
+@pytest.mark.slow
 def test_human_output_on_sqlite():
     proc = run_client("--storage", str(SQLITE_STORE), "--ref", "stores.name", "--no-embeddings", "--quiet")
     assert proc.returncode == 0, proc.stderr
@@ -57,6 +60,7 @@ def test_human_output_on_sqlite():
     assert lines[-1] == "server exit code: 0"
 
 
+@pytest.mark.slow
 def test_a_missing_store_fails_cleanly(tmp_path):
     proc = run_client("--storage", str(tmp_path / "nothing"), "--no-embeddings", "--quiet")
     assert proc.returncode == 1

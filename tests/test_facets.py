@@ -523,6 +523,7 @@ def _slayer_read(store, model: str) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(slayer_oracle.slayer_python() is None, reason=slayer_oracle.SKIP_REASON)
 def test_slayer_reads_and_searches_a_sqlite_store_after_parts_were_written(tmp_path):
     store = tmp_path / "store.db"

@@ -182,6 +182,7 @@ _FRAGMENTS = ("MATCH (n:Memory) ", "RETURN n.id AS id", " WHERE n.id = ", "'", '
               " SET n.learning = 'pwn' ", " DETACH DELETE n ", "x", " ", "-[:MENTIONS*]->(m) ", "'a'")
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.sampled_from(_FRAGMENTS), max_size=10))
 def test_accepted_filters_never_write(graph, fragments):

@@ -334,6 +334,7 @@ markdownish = st.text(alphabet=st.sampled_from(list("<>&\\`*_[]()#|~!-+=:./'\" \
                       st.characters(), min_size=1, max_size=60)
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow,
                                                                                 HealthCheck.data_too_large])
 @given(texts=st.lists(markdownish, min_size=60, max_size=60))
@@ -410,6 +411,7 @@ def _cli(sandbox: Sandbox, *args: str) -> subprocess.CompletedProcess[bytes]:
                            "--no-dense", *args], cwd=sandbox.cwd, env=env, capture_output=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_search_bounds_huge_and_absurd_input(sandbox):
     """``slayer-lsp search``: absurd --max-results are capped with a warning or refused with a clear
     message; a question as long as a command line may be is cut with a warning (the LSP test sends

@@ -437,6 +437,7 @@ def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
                           cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO), **env}, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["yaml", "sqlite"])
 def test_the_cli_answers_on_a_hostile_store_and_check_reports_it(tmp_path, backend):
     """``search``, ``status`` and ``inspect`` answer with the load issues as warnings; ``check`` fails

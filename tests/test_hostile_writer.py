@@ -53,6 +53,7 @@ SHAPES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size, bound", [(MB, 10.0), (5 * MB, 30.0)], ids=["1MB", "5MB"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_piece_splitter_is_linear(shape, size, bound):
@@ -315,6 +316,7 @@ def test_sqlite_text_is_stored_verbatim(tmp_path):
     assert (doc["learning"], doc["description"]) == ("a\rb\r\nc", "d\x85e") and not saved.warnings
 
 
+@pytest.mark.slow
 @needs_slayer
 @pytest.mark.parametrize("backend", ["yaml", "sqlite"])
 def test_slayer_loads_every_hostile_memory_we_wrote(tmp_path, backend):

@@ -197,6 +197,7 @@ def test_a_facet_ranks_that_facet_alone(engine):
         engine.search({"question": "x", "facet": "values", "ranking": "slayer"})
 
 
+@pytest.mark.slow
 def test_answers_do_not_depend_on_the_hash_seed(tmp_path):
     """Sets iterate in a per-process order; no score or order may follow it."""
     import subprocess

@@ -110,6 +110,7 @@ _WORDS = ["refunds", "Manager", "e.g.", "Dr.", "3.5", "ds.model.col", "PROD-4471
           "x;", "U.S.", "approx.", "J.", "(note)", "\"quoted.\"", "a" * 120, "done...", "costs,", "then:"]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=80), st.lists(st.sampled_from([" ", "  ", "\t"]),
                                                                           min_size=80, max_size=80))

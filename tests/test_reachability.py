@@ -636,6 +636,7 @@ def _scope_args(scope: Scope) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scope", [TAGS, DS, NO_TAGS], ids=str)
 def test_cli_search_inspect_status(store, scope):
     flags = _scope_args(scope)

@@ -77,6 +77,7 @@ def _answers(catalog: Catalog) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_incremental_index_equals_a_fresh_build(store, seed):
     rng = random.Random(seed)

@@ -219,6 +219,7 @@ def _replace_atomically(path: Path, data: bytes, rng: random.Random) -> None:
 WRITES = (_rewrite_in_chunks, _garbage_then_back, _delete_and_recreate, _truncate_then_back, _replace_atomically)
 
 
+@pytest.mark.slow
 def test_a_writer_racing_the_reader_never_breaks_what_is_served(tmp_path):
     store = yaml_store(tmp_path)
     targets = [store / BOOKS, store / "models" / "shop" / "customers.yaml", store / "memories" / "1.md",
@@ -330,6 +331,7 @@ def _edit_row(db: Path, conn: sqlite3.Connection | None = None) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 def test_sqlite_locked_by_another_writer_for_seconds(tmp_path):
     db = sqlite_store(tmp_path)
     engine = cold(db)

@@ -677,6 +677,7 @@ def _save_all(loc, cat):
     return saved
 
 
+@pytest.mark.slow
 @needs_slayer
 @pytest.mark.parametrize("backend", ["yaml", "sqlite"])
 def test_slayer_loads_and_writes_the_same_memories(tmp_path, backend):
@@ -752,6 +753,7 @@ def _plant(loc: StoreLocation, memory_id: str, markdown: str, row: dict) -> None
         conn.executemany("INSERT INTO memory_entities VALUES (?, ?)", [(memory_id, e) for e in row["entities"]])
 
 
+@pytest.mark.slow
 @needs_slayer
 @pytest.mark.parametrize("backend", ["yaml", "sqlite"])
 def test_forget_matches_slayer(tmp_path, backend):
@@ -848,6 +850,7 @@ print(json.dumps(saved))
 '''
 
 
+@pytest.mark.slow
 @needs_slayer
 @pytest.mark.parametrize("backend", ["yaml", "sqlite"])
 def test_concurrent_writers_never_lose_or_duplicate(tmp_path, backend):

@@ -23,7 +23,7 @@ from tests.test_writer import SLAYER_WORKER, memory_ids, stray_temp_files
 
 from .support import copy_store, eventually, request, start_client, stop_client
 
-pytestmark = pytest.mark.skipif(oracle.slayer_python() is None, reason=oracle.SKIP_REASON)
+pytestmark = [pytest.mark.skipif(oracle.slayer_python() is None, reason=oracle.SKIP_REASON), pytest.mark.slow]
 
 FIRST_NEW_ID = 13  # the fixture's highest int-shaped id is 12
 DAEMON_TASKS, DAEMON_SAVES = 4, 50  # 200 saves through the daemon ...

@@ -11,7 +11,7 @@ from lsprotocol import types as t
 
 from .support import copy_store, eventually, start_client, stop_client
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 QUESTION = "earnings"  # no document of the jaffle store holds the word (nor a fuzzy match of it)
 EMBED_WAIT_S = 240.0  # model load and 74 texts on a slow CI machine

@@ -16,7 +16,7 @@ from tests import slayer_oracle as oracle
 
 from .support import CLIENTS, copy_store, encoding_of, open_doc, pos, start_client, stop_client, uri_of
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 SAVED_QUERY = "source_model: orders\ndimensions:\n- stores.name\n- {name: city, model: stores}\nmeasures:\n- sum(order_total)\n"
 

@@ -29,6 +29,8 @@ from hypothesis import strategies as st
 
 from .raw_daemon import DEADLINE_S, REPO, RawDaemon, copy_shop, frame
 
+pytestmark = pytest.mark.slow  # every test here takes seconds (CI runs them; -m "not slow" skips them)
+
 RSS_LIMIT_KB = 1_500_000  # 1.5 GB
 # Shrinking replays failing examples against the live daemon, each costing a deadline: the failing
 # batch is reported as generated instead.

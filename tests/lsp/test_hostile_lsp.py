@@ -33,6 +33,8 @@ from tests.test_hostile_input import (
 
 from .raw_daemon import RawDaemon, copy_shop
 
+pytestmark = pytest.mark.slow  # every test here takes seconds (CI runs them; -m "not slow" skips them)
+
 FIGURES: dict[str, float] = {}
 
 

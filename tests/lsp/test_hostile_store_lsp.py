@@ -23,7 +23,7 @@ from tests.test_hostile_store import SQLITE_CASES, YAML_CASES, outside, plant_ro
 
 from .support import eventually, request, start_client, stop_client
 
-pytestmark = pytest.mark.asyncio(loop_scope="function")
+pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.slow]
 
 QUESTIONS = ("stock keeping unit", "customer city", "discount revenue")
 SECRET = "s3cr3t-of-the-daemon"

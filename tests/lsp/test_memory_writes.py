@@ -13,7 +13,7 @@ from tests import slayer_oracle as oracle
 
 from .support import codes, copy_store, diagnostics, open_doc, plain, request, start_client, stop_client
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 needs_slayer = pytest.mark.skipif(oracle.slayer_python() is None, reason=oracle.SKIP_REASON)
 
 

@@ -17,6 +17,8 @@ import pytest
 
 from .support import FIXTURES, REPO, copy_store
 
+pytestmark = pytest.mark.slow  # every test here takes seconds (CI runs them; -m "not slow" skips them)
+
 HERE = Path(__file__).resolve().parent
 QUERY = "source_model: orders\ndimensions: [stores., stauts]\nmeasures: [sum(subtotal)]\n"
 SEARCH_CASE = FIXTURES / "expected" / "17_q_and_entities.json"  # a search and SLayer's own answer

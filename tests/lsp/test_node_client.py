@@ -16,6 +16,8 @@ import pytest
 
 from .support import REPO, copy_store
 
+pytestmark = pytest.mark.slow  # every test here takes seconds (CI runs them; -m "not slow" skips them)
+
 HERE = Path(__file__).resolve().parent
 
 

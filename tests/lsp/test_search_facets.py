@@ -19,7 +19,7 @@ from slayer_lsp.texts.pieces import piece_texts
 
 from .support import REPO, copy_store, eventually, plain, request, start_client, stop_client
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 SPEC = (REPO / "protocol" / "README.md").read_text(encoding="utf-8")
 EMBED_WAIT_S = 240.0  # model load and a few hundred short texts on a slow CI machine

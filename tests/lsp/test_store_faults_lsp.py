@@ -29,7 +29,7 @@ from pytest_lsp.client import make_test_lsp_client
 
 from .support import NO_EMBEDDINGS, REPO, eventually, hover_text, open_doc, plain, pos, request, stop_client
 
-pytestmark = pytest.mark.asyncio(loop_scope="function")
+pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.slow]
 
 SHOP = REPO / "examples" / "shop"
 BOOKS = Path("models/shop/books.yaml")
