@@ -137,7 +137,7 @@ def du(path: Path) -> int:
 def bench_one(store: Path, backend: str, size: tuple[int, int, int, int], work: Path,
               args: argparse.Namespace) -> None:
     rng = random.Random(17)
-    copy = env.copy_store(store, work / f"store-{backend}")
+    copy = env.copy_store(store, work / ("store.db" if backend == "sqlite" else "store"))
     cache = work / f"cache-{backend}"
     shutil.rmtree(cache, ignore_errors=True)
     models = read_models(copy)

@@ -595,6 +595,10 @@ class SqliteReader:
     def _load(self, table: str, row_key: str, bad_key: str | None, kind: str, size: int,
               text: str | None) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
         """One row on its own: whatever it holds, it is a document or a load issue naming the row."""
+        if bad_key is None and kind == "text" and text is not None:
+            cached = self._cache.get((table, row_key))
+            if cached is not None and cached[0] == text:  # unchanged: nothing to build
+                return cached[1], cached[2]
         source = Source(str(self.location.path), table, row_key)
         if bad_key is not None:
             return None, (LoadIssue(source, f"row has {bad_key}; not loaded", "error"),)
@@ -655,13 +659,21 @@ def _rows(conn: sqlite3.Connection, table: str, keys: tuple[str, ...], column: s
            f"CASE WHEN typeof({column}) = 'text' AND length(CAST({column} AS BLOB)) <= {MAX_DOCUMENT_BYTES} "
            f"THEN {column} END FROM {table} WHERE {where} ORDER BY {', '.join(keys)}")
     out = []
+    width = 2 * len(keys)
+    single = len(keys) == 1
     for n, row in enumerate(conn.execute(sql), 1):
-        kinds, values = row[0:2 * len(keys):2], row[1:2 * len(keys):2]
+        kinds = row[0:width:2]
+        if kinds == _TEXT_KEYS[len(keys)]:  # the common case, in a few operations per row
+            key = row[1] if single else ".".join(row[1:width:2])
+            out.append((table, key, None, row[-3], row[-2] or 0, row[-1]))
+            continue
         bad = [f"{_SQL_KIND.get(kind, kind)} {name}" for name, kind in zip(keys, kinds, strict=True) if kind != "text"]
-        problem = " and ".join(bad) if bad else None
-        key = f"#{n} ({problem})" if problem else ".".join(values)
-        out.append((table, key, problem, row[-3], row[-2] or 0, row[-1]))
+        problem = " and ".join(bad)
+        out.append((table, f"#{n} ({problem})", problem, row[-3], row[-2] or 0, row[-1]))
     return out
+
+
+_TEXT_KEYS = {1: ("text",), 2: ("text", "text")}
 
 
 def parse_paths(root: str, paths: list[str]) -> bytes:
