@@ -1,10 +1,19 @@
-"""The warm indexes of one catalog snapshot, and how a ``Delta`` brings them to the next.
+"""The indexes of one catalog snapshot (one generation), and how a ``Delta`` derives the next.
 
 ``SearchIndexes`` holds what is expensive to build: the rendered documents, the tantivy indexes
 (the whole store's and, on first use, one per datasource), the Cypher graph, the lexicon, the
-memory pieces and terms, and per-scope tag corpora. ``apply`` derives the next snapshot's indexes
-from a delta, re-rendering only the touched documents; ``rebuilt`` makes fresh full-text indexes
-off the request path. Rankings read these; nothing here ranks.
+memory pieces and terms, and per-scope tag corpora. ``apply`` derives the next generation from a
+delta, re-rendering only the touched documents; ``rebuilt`` makes fresh full-text indexes off the
+request path. Rankings read these; nothing here ranks.
+
+What a generation owns, per index (none of it changes once the engine publishes the generation):
+
+* full text, whole store and per datasource: a ``FullTextView`` (a searcher taken after this
+  generation's commit); the writer behind it belongs to the refresh;
+* memory pieces: a ``MemoryPieceIndex`` generation; lexicon and memory terms: values;
+* per-scope values and the datasource indexes first asked for here: built into this generation;
+* shared on purpose: the Cypher graph (one process per engine, brought up to date by the filter
+  that uses it) and the dense worker (each query ranks the vector view published last).
 """
 
 from __future__ import annotations
