@@ -172,3 +172,42 @@ def test_a_generation_derived_twice_forks_instead_of_sharing(store: Path) -> Non
         assert _answers(old) == before and _answers(newer) == newer_answers
     finally:
         engine.close()
+
+
+def test_a_search_never_waits_for_a_refresh_under_way(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refresh stopped in the middle of its index commits holds nothing a request needs: searches
+    of every kind answer from the current state meanwhile, and the refresh then completes."""
+    import threading
+
+    from slayer_lsp.search.fulltext import FullTextIndex
+
+    engine = Engine(store, compact_after_s=3600)
+    try:
+        old = engine.state
+        before = _answers(old)
+        inside, release = threading.Event(), threading.Event()
+        commit = FullTextIndex.replace
+
+        def held_commit(self, removals, docs):  # noqa: ANN001, ANN202
+            inside.set()
+            assert release.wait(30)
+            return commit(self, removals, docs)
+
+        monkeypatch.setattr(FullTextIndex, "replace", held_commit)
+        (_yaml_model_edit if store.is_dir() else _sqlite_model_edit)(store, 1)
+        refresher = threading.Thread(target=engine.refresh)
+        refresher.start()
+        try:
+            assert inside.wait(30)
+            answered: list[list[dict]] = []
+            asker = threading.Thread(target=lambda: answered.append(_answers(engine.state)))
+            asker.start()
+            asker.join(30)
+            assert answered == [before] and engine.current() is old
+        finally:
+            release.set()
+            refresher.join(30)
+        assert engine.current() is not old
+        assert f"jaffle.orders.{PROBE}_points" in _ids(engine.state, {"question": PROBE, "ranking": "slayer"})
+    finally:
+        engine.close()

@@ -137,7 +137,7 @@ class SearchIndexes:
     @property
     def by_datasource(self) -> dict[str, FullTextView]:
         """The datasource indexes this generation has (built on first use, or derived)."""
-        return {key[1]: view for key, view in self._lazy.items() if key[0] == "fulltext"}
+        return {key[1]: view for key, view in self._lazy.items() if _is_text_key(key)}
 
     def apply(self, catalog: Catalog, delta: Delta) -> SearchIndexes:
         """The next generation: the touched documents rendered again, every index derived from this
@@ -160,7 +160,7 @@ class SearchIndexes:
         fulltext = _derived(self.fulltext, docs.values(), removals, upserts)
         seed: dict[Any, Any] = {}
         for key, view in self._lazy.items():
-            if key[0] != "fulltext" or key[1] not in catalog.datasources:
+            if not _is_text_key(key) or key[1] not in catalog.datasources:
                 continue
             ds = key[1]
             if view.index.view() is not view:  # not this writer's last commit: rebuilt on first use
@@ -323,6 +323,11 @@ def _feed_dense(worker: Any, catalog: Catalog, touched: set[str], delta: Delta) 
             worker.enqueue(item.canonical_id, item.kind, item.text)
         else:
             worker.remove(cid, from_store=cid in delta.removed)
+
+
+def _is_text_key(key: Any) -> bool:
+    """Whether a ``_Lazy`` key names a datasource's full-text view (``("fulltext", ds)``)."""
+    return isinstance(key, tuple) and key[0] == "fulltext"
 
 
 def _derived(view: FullTextView, docs: Iterable[render.RenderedDoc], removals: list[str],
