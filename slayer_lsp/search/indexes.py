@@ -336,6 +336,7 @@ def _derived(view: FullTextView, docs: Iterable[render.RenderedDoc], removals: l
     writer's last commit (always, for the refresh), else a fresh index over ``docs``."""
     if view.index.view() is view:
         return view.index.replace(removals, upserts)
+    log.info("full text: deriving from an older generation; indexing every document anew")
     return FullTextIndex(docs).view()
 
 

@@ -211,6 +211,7 @@ class MemoryPieceIndex:
             return self
         w = self._w
         if w.head is not self:  # a newer generation was derived from this one: fork a writer of our own
+            log.info("memory pieces: deriving from an older generation; indexing %d memories anew", len(self._entries))
             base = MemoryPieceIndex()
             return base._put({**dict(self._entries), **updates})
         deletions = self.deletions
