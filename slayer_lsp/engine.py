@@ -1,9 +1,11 @@
 """The engine: one store, its last good snapshot, and the warm indexes derived from it.
 
 Front ends (the language server, the CLI) hold one ``Engine``. ``refresh()`` re-reads the store
-(cheap: unchanged files are not re-parsed), derives the next catalog snapshot and updates every index
-with the delta; readers always see a complete (snapshot, indexes) pair because the pair is swapped in
-one assignment under a lock. A store that cannot be read keeps the last good state serving.
+(cheap: unchanged files are not re-parsed), derives the next catalog snapshot and, from the last
+generation of indexes, the next one (``SearchIndexes.apply``, which changes nothing the last one
+holds). The pair is swapped in one assignment; a request takes ``current()`` once and sees exactly
+that generation, however many refreshes follow, and takes no lock a refresh holds. A store that
+cannot be read keeps the last good state serving.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class State:
-    """A consistent pair: a catalog snapshot and the search indexes built for exactly that snapshot."""
+    """A consistent pair: a catalog snapshot and the search indexes of exactly that snapshot (one
+    generation: read-only, never changed by a later refresh)."""
 
     catalog: Catalog  # what the session may reach (the whole store unless the engine has a scope)
     search: SearchIndexes

@@ -1054,3 +1054,32 @@ def test_round_trip_with_slayers_table_code(store_path, tmp_path):
     assert out["deleted"] == 1
     left = dict(store.hashes("local/all-MiniLM-L6-v2-int8"))
     assert "memory:1" not in left and {"memory:10", "memory:11", "memory:12"} <= set(left)
+
+
+def test_a_published_view_never_changes_under_later_writes():
+    rng = np.random.default_rng(7)
+    ids = [f"ds.m.c{i}" for i in range(120)]
+    mat = rng.standard_normal((len(ids), 8)).astype(np.float32)
+    index = VectorIndex("m")
+    index.upsert_many(ids, ["column"] * len(ids), mat)
+    old = index.view()
+    q = rng.standard_normal(8).astype(np.float32)
+    scope = frozenset(ids[::3])
+    before = [old.top_k(q, 9), old.top_k(q, 9, allow=scope), old.kind_counts()]
+    for i in range(100):  # replace, remove, add: enough dead rows for a compaction too
+        if i % 3 == 0:
+            index.remove(ids[i])
+        else:
+            index.upsert(ids[i], "measure", rng.standard_normal(8))
+        index.upsert(f"ds.n.c{i}", "column", rng.standard_normal(8))
+    assert [old.top_k(q, 9), old.top_k(q, 9, allow=scope), old.kind_counts()] == before
+    assert index.view() is not old and len(index) == 120 - 34 + 100 and old.live == 120
+    fresh = VectorIndex("m")
+    live = index.ids()
+    fresh.upsert_many(live, [index.kind_of(c) or "" for c in live], np.stack([index.vector(c) for c in live]))
+    for allow in (None, scope, frozenset(live[::2])):  # the same ranking (scores to float noise)
+        got, want = index.top_k(q, 9, allow=allow), fresh.top_k(q, 9, allow=allow)
+        assert {k: [c for c, _ in v] for k, v in got.by_kind.items()} == \
+            {k: [c for c, _ in v] for k, v in want.by_kind.items()} and got.ranked == want.ranked
+        for kind, pairs in got.by_kind.items():
+            assert [s for _, s in pairs] == pytest.approx([s for _, s in want.by_kind[kind]], abs=1e-5)

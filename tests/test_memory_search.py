@@ -290,16 +290,23 @@ def test_index_follows_catalog_deltas(store):
     _write(store, "1", "Disputes go to the finance team.")
     cat2, delta = cat.derive(reader.read())
     assert delta.touched == {"memory:1", "memory:2"}
-    assert index.apply(cat2, delta) is index
+    first, index = index, index.apply(cat2, delta)
     assert [h.memory_id for h in index.rank("chargebacks")] == ["2"]
     assert index.linked("1") == ("2",) and index.linked("2") == ("1",)
     (store / "memories" / "2.md").unlink()
     cat3, delta = cat2.derive(reader.read())
-    index.apply(cat3, delta)
+    index = index.apply(cat3, delta)
     assert index.rank("chargebacks") == [] and "2" not in index and index.linked("1") == ()
     assert index.apply(cat3, Delta()) is index
     fresh = index.rebuilt()
     assert [h.memory_id for h in fresh.rank("disputes")] == ["1"] and fresh.deletions == 0
+    # each generation is a value: the first still holds only its own memory and text
+    assert [h.memory_id for h in first.rank("chargebacks")] == ["1"] and first.rank("disputes") == []
+    assert "2" not in first and first.linked("1") == () and first.deletions == 0
+    # a generation derived from an older one (not the writer's last) forks a writer of its own
+    forked = first.apply(cat3, Delta(changed=frozenset({"memory:1"})))
+    assert [h.memory_id for h in forked.rank("disputes")] == ["1"] and forked.rank("chargebacks") == []
+    assert [h.memory_id for h in index.rank("disputes")] == ["1"]
 
 
 # --------------------------------------------------------------------------- exact tokens in ranking
@@ -343,7 +350,7 @@ def test_what_a_memory_is_about_counts_without_its_tags_being_a_piece(store):
     index = MemoryPieceIndex.build(cat)
     _write(store, "tagged", "Use the net figure for reports.", entities=["jaffle.customers"])
     cat2, delta = cat.derive(reader.read())
-    index.apply(cat2, delta)
+    index = index.apply(cat2, delta)
     assert index.rank_about("order total") == [] and [m for m, _ in index.rank_about("customers")] == ["tagged"]
 
 

@@ -6,6 +6,13 @@ updated a row at a time as the worker embeds, and scanned by one matrix-vector p
 the way in, so a dot product is the cosine. One index holds one model's vectors only: it is bound
 to a model name and a dimension, and a vector of another width is refused with a warning, never
 compared and never a crash.
+
+Writers (the embedding worker, the refresh dropping what was deleted) and readers (search) run on
+different threads. Readers never take the writers' lock: every change publishes a ``VectorView``,
+and a query ranks one view from start to end. A published view never changes: a new or replaced
+vector goes to a row past every published one (the old row is only marked dead in the next view's
+kind codes), a removal marks its row dead, and growing or compacting the matrix makes a new array.
+An older view therefore keeps its matrix, ids and positions while newer ones are published.
 """
 
 from __future__ import annotations
@@ -13,13 +20,14 @@ from __future__ import annotations
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 _MIN_CAPACITY = 64
 _ALLOW_CACHE = 8
+_DEAD = -1  # the kind code of a row that was replaced or removed
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +51,178 @@ def _unit(vector: np.ndarray) -> np.ndarray | None:
     return v / norm if norm > 0 else v
 
 
+class VectorView:
+    """The vectors as one change left them, read-only: what one query ranks.
+
+    ``codes`` is this view's own copy (dead rows hold ``_DEAD``); ``mat`` and ``ids`` may be shared
+    with later views, which write only rows past ``n``. Row positions of an allowed set are cached
+    per view, and handed to the next view updated by what changed."""
+
+    def __init__(self, model: str, dim: int | None, n: int, mat: np.ndarray | None, codes: np.ndarray,
+                 ids: list[str], pos: dict[str, int], kind_names: tuple[str, ...], kind_codes: dict[str, int],
+                 reach: frozenset[str] | None) -> None:
+        self.model, self.dim, self.n = model, dim, n
+        self.mat, self.codes, self.ids, self.pos = mat, codes, ids, pos
+        self.kind_names, self.kind_codes = kind_names, kind_codes
+        self.reach = reach  # the standing restriction (``VectorIndex.restrict_to``)
+        self.live = len(pos)
+        self._lock = threading.Lock()  # for the caches only
+        self._allow_rows: OrderedDict[frozenset[str], np.ndarray] = OrderedDict()
+        self._reach_rows: np.ndarray | None = None
+        self._live_rows: np.ndarray | None = None
+
+    def _all_rows(self) -> np.ndarray | None:
+        """Sorted positions of the live rows, or None when every row of ``[0, n)`` is live."""
+        if self.live == self.n:
+            return None
+        rows = self._live_rows
+        if rows is None:
+            rows = self._live_rows = np.nonzero(self.codes[: self.n] != _DEAD)[0]
+        return rows
+
+    def reachable_rows(self) -> np.ndarray | None:
+        """Sorted live rows the restriction admits (None: no restriction)."""
+        reach = self.reach
+        if reach is None:
+            return None
+        rows = self._reach_rows
+        if rows is None:
+            rows = self._reach_rows = _admitted(self.pos, reach)
+        return rows
+
+    def rows_for(self, allow: Iterable[str]) -> np.ndarray:
+        """Sorted row positions of the allowed ids present. Mapping ids costs ~0.2 µs each (a
+        dictionary probe per id), so the result for a ``frozenset`` is cached: a caller that keeps
+        its scope as one frozenset pays it once, and later views inherit it updated."""
+        key = allow if isinstance(allow, frozenset) else None
+        if key is not None:
+            with self._lock:
+                hit = self._allow_rows.get(key)
+                if hit is not None:
+                    self._allow_rows.move_to_end(key)
+                    return hit
+        rows = _positions(self.pos, allow)
+        if key is not None:
+            with self._lock:
+                self._allow_rows[key] = rows
+                while len(self._allow_rows) > _ALLOW_CACHE:
+                    self._allow_rows.popitem(last=False)
+        return rows
+
+    def inherit(self, older: VectorView, changed: set[str]) -> None:
+        """Take over ``older``'s cached row sets, moving the rows of ``changed`` ids (added,
+        replaced or removed since) to where they are in this view."""
+        if self.ids is not older.ids:
+            return  # compacted or cleared: the old positions say nothing any more
+        with older._lock:
+            cached = list(older._allow_rows.items())
+        if not cached and older._reach_rows is None:
+            return
+        old_rows = np.array(sorted(older.pos[c] for c in changed if c in older.pos), dtype=np.intp)
+        new = {c: self.pos[c] for c in changed if c in self.pos}
+
+        def moved(rows: np.ndarray, admits: Callable[[str], bool]) -> np.ndarray:
+            kept = np.setdiff1d(rows, old_rows, assume_unique=True) if len(old_rows) else rows
+            added = [r for c, r in new.items() if admits(c)]
+            return np.union1d(kept, np.array(added, dtype=np.intp)) if added else kept
+
+        with self._lock:
+            for key, rows in cached:
+                self._allow_rows[key] = moved(rows, key.__contains__)
+        reach = self.reach
+        if reach is not None and reach is older.reach and older._reach_rows is not None:
+            self._reach_rows = moved(older._reach_rows, lambda c: _admits(reach, c))
+
+    def kind_counts(self) -> dict[str, int]:
+        rows = self.reachable_rows()
+        if rows is None:
+            rows = self._all_rows()
+        codes = self.codes[: self.n] if rows is None else self.codes[rows]
+        counts = np.bincount(codes.astype(np.intp), minlength=len(self.kind_names)) if len(codes) else \
+            np.zeros(len(self.kind_names), dtype=np.intp)
+        return {name: int(counts[code]) for code, name in enumerate(self.kind_names) if counts[code]}
+
+    def reachable_count(self) -> int:
+        rows = self.reachable_rows()
+        return self.live if rows is None else len(rows)
+
+    def _mismatch(self, width: int, what: str) -> str:
+        return (f"dense: {what} has {width} dimensions but the index of {self.model} holds "
+                f"{self.dim}-dimensional vectors; it was not used")
+
+    def top_k(self, query: np.ndarray, k: int, allow: Iterable[str] | None = None,
+              kinds: Iterable[str] | None = None, model: str | None = None) -> DenseHits:
+        """See ``VectorIndex.top_k``."""
+        q = np.asarray(query, dtype=np.float32).ravel()
+        n = self.n
+        if model is not None and model != self.model:
+            return DenseHits({}, 0, (f"dense: the question was embedded with {model} but the index "
+                                     f"holds {self.model}; not compared",))
+        if self.live == 0 or k <= 0 or self.mat is None:
+            return DenseHits({}, 0)
+        if q.shape[0] != self.dim:
+            return DenseHits({}, 0, (self._mismatch(int(q.shape[0]), "the question's vector"),))
+        unit = _unit(q)
+        if unit is None or not unit.any():
+            return DenseHits({}, 0, ("dense: the question's vector is zero or not finite; not ranked",))
+        rows = self._all_rows() if allow is None else self.rows_for(allow)
+        reach = self.reachable_rows()
+        if reach is not None:  # a scoped session's rows, whatever ``allow`` says
+            rows = reach if rows is None else np.intersect1d(rows, reach, assume_unique=True)
+        codes = self.codes[:n] if rows is None else self.codes[rows]
+        if kinds is not None:
+            wanted = [self.kind_codes[x] for x in set(kinds) if x in self.kind_codes]
+            keep = np.isin(codes, np.asarray(wanted, dtype=np.int16))
+            rows = np.nonzero(keep)[0] if rows is None else rows[keep]
+            codes = codes[keep]
+        mat = self.mat
+        if rows is None:
+            scores = mat[:n] @ unit
+        elif len(rows) * 4 >= n:  # most rows survive: one full scan beats gathering the matrix
+            scores = (mat[:n] @ unit)[rows]
+        else:
+            scores = mat[rows] @ unit
+        ids = self.ids
+        by_kind: dict[str, list[tuple[str, float]]] = {}
+        for code in np.unique(codes):
+            sel = np.nonzero(codes == code)[0]
+            sub = scores[sel]
+            take = min(k, len(sel))
+            top = np.argpartition(-sub, take - 1)[:take] if take < len(sel) else np.arange(len(sel))
+            where = sel[top] if rows is None else rows[sel[top]]
+            pairs = sorted(((ids[int(p)], float(s)) for p, s in zip(where, sub[top], strict=True)),
+                           key=lambda t: (-t[1], t[0]))
+            by_kind[self.kind_names[int(code)]] = pairs
+        return DenseHits(by_kind, int(len(codes)))
+
+
+def _admits(reach: frozenset[str], cid: str) -> bool:
+    return cid in reach or ("#" in cid and cid.rpartition("#")[0] in reach)
+
+
+def _admitted(pos: dict[str, int], reach: frozenset[str]) -> np.ndarray:
+    rows = np.array([r for cid, r in pos.items() if _admits(reach, cid)], dtype=np.intp)
+    rows.sort()
+    return rows
+
+
+def _positions(pos: dict[str, int], allow: Iterable[str]) -> np.ndarray:
+    present = (allow.intersection(pos) if isinstance(allow, set | frozenset)
+               else [c for c in allow if c in pos])
+    if len(present) > 1:
+        rows = np.array(operator.itemgetter(*present)(pos), dtype=np.intp)
+    else:
+        rows = np.array([pos[c] for c in present], dtype=np.intp)
+    rows.sort()
+    return rows
+
+
 class VectorIndex:
     """Vectors of ``model`` keyed by canonical id, with each row's kind and content hash.
 
-    ``dim`` is fixed by the constructor or by the first vector added. Writers (the embedding worker)
-    and readers (search) may run on different threads: every method holds one lock, and a query
-    holds it only for one matrix-vector product."""
+    ``dim`` is fixed by the constructor or by the first vector added. Changes hold one lock (they
+    come from the worker and the refresh) and end by publishing a ``VectorView``; queries rank the
+    view published last and take no lock (see the module doc)."""
 
     def __init__(self, model: str, dim: int | None = None, *, capacity: int = 0) -> None:
         self._lock = threading.RLock()
@@ -58,44 +232,62 @@ class VectorIndex:
     def _reset(self, model: str, dim: int | None, capacity: int = 0) -> None:
         self._model = model
         self._dim = dim
-        self._n = 0
-        self._ids: list[str] = []
+        self._n = 0  # rows written, dead ones included
+        self._ids: list[str] = []  # row -> id (append-only until the matrix is compacted)
         self._hashes: list[str] = []
-        self._pos: dict[str, int] = {}
+        self._pos: dict[str, int] = {}  # live id -> row
         self._kind_names: list[str] = []
         self._kind_codes: dict[str, int] = {}
         cap = max(_MIN_CAPACITY, capacity)
         self._codes = np.zeros(cap, dtype=np.int16)
         self._mat = np.zeros((cap, dim), dtype=np.float32) if dim else None
         self.rejected = 0  # vectors refused for their width (or NaN) since the last clear
-        self._version = 0  # bumped whenever a row is added or removed (row positions of ids change)
-        self._allow_rows: OrderedDict[frozenset[str], tuple[int, np.ndarray]] = OrderedDict()
         self._parts: dict[str, set[str]] = {}  # owner -> its part ids held (ids "<owner>#<part>")
-        self._reach_rows: tuple[int, np.ndarray] | None = None  # (version, rows) of the restriction
+        self._changed: set[str] = set()  # ids added, replaced or removed since the last view
+        self._view = self._make_view()
+
+    def _make_view(self) -> VectorView:
+        return VectorView(self._model, self._dim, self._n, self._mat, self._codes[: self._n].copy(), self._ids,
+                          dict(self._pos), tuple(self._kind_names), dict(self._kind_codes), self._reach)
+
+    def _publish(self) -> None:
+        """Make the changes since the last view visible to queries, as one new view."""
+        older = self._view
+        view = self._make_view()
+        view.inherit(older, self._changed)
+        self._changed = set()
+        self._view = view
+
+    def view(self) -> VectorView:
+        """The vectors as the last change left them (never changed by later ones)."""
+        return self._view
 
     # ------------------------------------------------------------------ inspection
 
     @property
     def model(self) -> str:
-        return self._model
+        return self._view.model
 
     @property
     def dim(self) -> int | None:
-        return self._dim
+        return self._view.dim
 
     def __len__(self) -> int:
-        return self._n
+        return self._view.live
 
     def __contains__(self, canonical_id: object) -> bool:
-        return canonical_id in self._pos
+        return canonical_id in self._view.pos
 
     @property
     def nbytes(self) -> int:
-        return 0 if self._mat is None else int(self._mat[: self._n].nbytes)
+        view = self._view
+        return 0 if view.mat is None else int(view.mat[: view.n].nbytes)
 
     def ids(self) -> list[str]:
+        """The live ids, in row order."""
         with self._lock:
-            return list(self._ids)
+            pos = self._pos
+            return [cid for i, cid in enumerate(self._ids[: self._n]) if pos.get(cid) == i]
 
     def hash_of(self, canonical_id: str) -> str | None:
         with self._lock:
@@ -123,41 +315,21 @@ class VectorIndex:
         ``allow`` says; the table may hold other sessions' vectors. ``None`` lifts it."""
         with self._lock:
             self._reach = None if ids is None else frozenset(ids)
-            self._reach_rows = None
-
-    def _reachable_rows(self) -> np.ndarray | None:
-        """Sorted row positions the restriction admits (None: no restriction); kept until rows
-        are added or removed."""
-        reach = self._reach
-        if reach is None:
-            return None
-        hit = self._reach_rows
-        if hit is not None and hit[0] == self._version:
-            return hit[1]
-        rows = np.array([i for i, cid in enumerate(self._ids[: self._n])
-                         if cid in reach or ("#" in cid and cid.rpartition("#")[0] in reach)], dtype=np.intp)
-        self._reach_rows = (self._version, rows)
-        return rows
+            self._publish()
 
     def reachable_count(self) -> int:
         """Rows a query may rank: all of them, or those the restriction admits."""
-        with self._lock:
-            rows = self._reachable_rows()
-            return self._n if rows is None else len(rows)
+        return self._view.reachable_count()
 
     @property
     def restricted(self) -> bool:
         """Whether a standing restriction (``restrict_to``) applies: a scoped session's index."""
-        return self._reach is not None
+        return self._view.reach is not None
 
     def kind_counts(self) -> dict[str, int]:
         """Rows per kind that a query may rank (under a restriction, only the admitted ones: a scoped
         session's counts never include other sessions' vectors)."""
-        with self._lock:
-            rows = self._reachable_rows()
-            codes = self._codes[: self._n] if rows is None else self._codes[rows]
-            counts = np.bincount(codes, minlength=len(self._kind_names))
-            return {name: int(counts[code]) for code, name in enumerate(self._kind_names) if counts[code]}
+        return self._view.kind_counts()
 
     # ------------------------------------------------------------------ updates
 
@@ -172,6 +344,7 @@ class VectorIndex:
                 self._grow(rows)
 
     def _grow(self, need: int) -> None:
+        """Room for ``need`` rows: a new, larger matrix (a published view keeps the old one)."""
         cap = len(self._codes)
         if need <= cap and self._mat is not None:
             return
@@ -182,6 +355,26 @@ class VectorIndex:
             mat[: self._n] = self._mat[: self._n]
         codes[: self._n] = self._codes[: self._n]
         self._mat, self._codes = mat, codes
+
+    def _compact(self) -> None:
+        """Drop the dead rows once they are more than the live ones: new arrays and lists (a
+        published view keeps the old ones)."""
+        dead = self._n - len(self._pos)
+        if dead <= max(len(self._pos), _MIN_CAPACITY):
+            return
+        order = sorted(self._pos.items(), key=lambda kv: kv[1])
+        rows = np.array([r for _, r in order], dtype=np.intp)
+        cap = max(_MIN_CAPACITY, len(order) + len(order) // 2)
+        mat = np.zeros((cap, self._dim or 0), dtype=np.float32)
+        codes = np.zeros(cap, dtype=np.int16)
+        if len(rows):
+            assert self._mat is not None
+            mat[: len(rows)] = self._mat[rows]
+            codes[: len(rows)] = self._codes[rows]
+        self._ids = [cid for cid, _ in order]
+        self._hashes = [self._hashes[r] for _, r in order]
+        self._pos = {cid: i for i, cid in enumerate(self._ids)}
+        self._mat, self._codes, self._n = mat, codes, len(order)
 
     def _code(self, kind: str) -> int:
         code = self._kind_codes.get(kind)
@@ -201,8 +394,9 @@ class VectorIndex:
 
     def upsert_many(self, ids: Sequence[str], kinds: Sequence[str], matrix: np.ndarray,
                     hashes: Sequence[str] | None = None) -> list[str]:
-        """Add or replace rows in place (no rebuild). Returns warnings: rows of another width than
-        the index, or with NaN/inf components, are refused and counted in ``rejected``."""
+        """Add or replace rows (no rebuild: a replaced row is written anew past the published ones).
+        Returns warnings: rows of another width than the index, or with NaN/inf components, are
+        refused and counted in ``rejected``."""
         mat = np.asarray(matrix, dtype=np.float32)
         if mat.ndim != 2 or mat.shape[0] != len(ids) or len(kinds) != len(ids):
             raise ValueError(f"upsert_many: {len(ids)} ids, {len(kinds)} kinds, matrix {mat.shape}")
@@ -228,48 +422,45 @@ class VectorIndex:
             for i, cid in enumerate(ids):
                 if not finite[i]:
                     continue
-                pos = self._pos.get(cid)
-                if pos is None:
-                    pos = self._n
-                    self._n += 1
-                    self._version += 1
-                    self._pos[cid] = pos
-                    self._ids.append(cid)
-                    self._hashes.append("")
-                    if "#" in cid:
-                        self._parts.setdefault(cid.rpartition("#")[0], set()).add(cid)
+                old = self._pos.get(cid)
+                if old is not None:
+                    self._codes[old] = _DEAD
+                elif "#" in cid:
+                    self._parts.setdefault(cid.rpartition("#")[0], set()).add(cid)
+                pos = self._pos[cid] = self._n
+                self._n += 1
+                self._ids.append(cid)
+                self._hashes.append(hashes[i] if hashes is not None else "")
                 self._mat[pos] = unit[i]
                 self._codes[pos] = self._code(kinds[i])
-                self._hashes[pos] = hashes[i] if hashes is not None else ""
+                self._changed.add(cid)
+            self._compact()
+            self._publish()
             return warnings
 
     def remove(self, canonical_id: str) -> bool:
-        """Drop one row (the last row moves into its place)."""
+        """Drop one row (marked dead; the rows are compacted once most are dead)."""
         with self._lock:
-            pos = self._pos.pop(canonical_id, None)
-            if pos is None:
+            if not self._drop(canonical_id):
                 return False
-            if "#" in canonical_id:
-                owner = canonical_id.rpartition("#")[0]
-                held = self._parts.get(owner)
-                if held is not None:
-                    held.discard(canonical_id)
-                    if not held:
-                        del self._parts[owner]
-            last = self._n - 1
-            if pos != last:
-                moved = self._ids[last]
-                assert self._mat is not None
-                self._mat[pos] = self._mat[last]
-                self._codes[pos] = self._codes[last]
-                self._ids[pos] = moved
-                self._hashes[pos] = self._hashes[last]
-                self._pos[moved] = pos
-            self._ids.pop()
-            self._hashes.pop()
-            self._n = last
-            self._version += 1
+            self._compact()
+            self._publish()
             return True
+
+    def _drop(self, canonical_id: str) -> bool:
+        pos = self._pos.pop(canonical_id, None)
+        if pos is None:
+            return False
+        if "#" in canonical_id:
+            owner = canonical_id.rpartition("#")[0]
+            held = self._parts.get(owner)
+            if held is not None:
+                held.discard(canonical_id)
+                if not held:
+                    del self._parts[owner]
+        self._codes[pos] = _DEAD
+        self._changed.add(canonical_id)
+        return True
 
     def remove_subtree(self, root: str, separators: tuple[str, ...] = (".",)) -> int:
         """Drop ``root`` and its dotted descendants (never a character prefix: ``memory:4`` keeps
@@ -277,83 +468,23 @@ class VectorIndex:
         parts too (``ds.m`` takes ``ds.m#meaning`` and ``ds.m.c#values``)."""
         prefixes = tuple(root + sep for sep in separators)
         with self._lock:
-            doomed = [cid for cid in self._ids if cid == root or cid.startswith(prefixes)]
+            doomed = [cid for cid in self._pos if cid == root or cid.startswith(prefixes)]
             for cid in doomed:
-                self.remove(cid)
+                self._drop(cid)
+            if doomed:
+                self._compact()
+                self._publish()
             return len(doomed)
 
     # ------------------------------------------------------------------ queries
 
-    def _rows_for(self, allow: Iterable[str]) -> np.ndarray:
-        """Sorted row positions of the allowed ids present. Mapping ids costs ~0.2 µs each (a
-        dictionary probe per id), so the result for a ``frozenset`` is cached until rows are added
-        or removed: a caller that keeps its scope as one frozenset pays it once."""
-        key = allow if isinstance(allow, frozenset) else None
-        if key is not None:
-            hit = self._allow_rows.get(key)
-            if hit is not None and hit[0] == self._version:
-                self._allow_rows.move_to_end(key)
-                return hit[1]
-        pos = self._pos
-        present = (allow.intersection(pos) if isinstance(allow, set | frozenset)
-                   else [c for c in allow if c in pos])
-        if len(present) > 1:
-            rows = np.array(operator.itemgetter(*present)(pos), dtype=np.intp)
-        else:
-            rows = np.array([pos[c] for c in present], dtype=np.intp)
-        rows.sort()
-        if key is not None:
-            self._allow_rows[key] = (self._version, rows)
-            while len(self._allow_rows) > _ALLOW_CACHE:
-                self._allow_rows.popitem(last=False)
-        return rows
-
     def top_k(self, query: np.ndarray, k: int, allow: Iterable[str] | None = None,
               kinds: Iterable[str] | None = None, model: str | None = None) -> DenseHits:
-        """The ``k`` most similar rows of each kind (of ``kinds``, default all).
+        """The ``k`` most similar rows of each kind (of ``kinds``, default all), ranked over the
+        view published last (no lock: a change meanwhile publishes another view).
 
         ``allow`` (canonical ids) restricts the candidates *before* ranking, so a row outside it can
         never take a place; ``None`` allows everything. Ties are ordered by canonical id. A query
         of the wrong width, or with no direction, or made by another ``model`` than the index's (when
         given), gives empty rankings and a warning."""
-        q = np.asarray(query, dtype=np.float32).ravel()
-        with self._lock:
-            n = self._n
-            if model is not None and model != self._model:
-                return DenseHits({}, 0, (f"dense: the question was embedded with {model} but the index "
-                                         f"holds {self._model}; not compared",))
-            if n == 0 or k <= 0 or self._mat is None:
-                return DenseHits({}, 0)
-            if q.shape[0] != self._dim:
-                return DenseHits({}, 0, (self._mismatch(int(q.shape[0]), "the question's vector"),))
-            unit = _unit(q)
-            if unit is None or not unit.any():
-                return DenseHits({}, 0, ("dense: the question's vector is zero or not finite; not ranked",))
-            rows = None if allow is None else self._rows_for(allow)
-            reach = self._reachable_rows()
-            if reach is not None:  # a scoped session's rows, whatever ``allow`` says
-                rows = reach if rows is None else np.intersect1d(rows, reach, assume_unique=True)
-            codes = self._codes[:n] if rows is None else self._codes[rows]
-            if kinds is not None:
-                wanted = [self._kind_codes[x] for x in set(kinds) if x in self._kind_codes]
-                keep = np.isin(codes, np.asarray(wanted, dtype=np.int16))
-                rows = np.nonzero(keep)[0] if rows is None else rows[keep]
-                codes = codes[keep]
-            if rows is None:
-                scores = self._mat[:n] @ unit
-            elif len(rows) * 4 >= n:  # most rows survive: one full scan beats gathering the matrix
-                scores = (self._mat[:n] @ unit)[rows]
-            else:
-                scores = self._mat[rows] @ unit
-            ids = self._ids
-            by_kind: dict[str, list[tuple[str, float]]] = {}
-            for code in np.unique(codes):
-                sel = np.nonzero(codes == code)[0]
-                sub = scores[sel]
-                take = min(k, len(sel))
-                top = np.argpartition(-sub, take - 1)[:take] if take < len(sel) else np.arange(len(sel))
-                where = sel[top] if rows is None else rows[sel[top]]
-                pairs = sorted(((ids[int(p)], float(s)) for p, s in zip(where, sub[top], strict=True)),
-                               key=lambda t: (-t[1], t[0]))
-                by_kind[self._kind_names[int(code)]] = pairs
-            return DenseHits(by_kind, int(len(codes)))
+        return self._view.top_k(query, k, allow, kinds, model)

@@ -35,9 +35,10 @@ phrase, a multi-word keyword) matches where those tokens appear consecutively in
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from immutables import Map
 
 from slayer_lsp.catalog.ids import MEMORY_PREFIX, is_memory_ref, split_canonical
 from slayer_lsp.texts.words import TOKEN_RE
@@ -155,6 +156,9 @@ def extract_tokens(question: str | None) -> list[ExactToken]:
 # --------------------------------------------------------------------------- the literal index
 
 
+_NO_DOCS: Map[str, frozenset[int]] = Map()
+
+
 def _index_terms(text: str) -> set[str]:
     """What a part is findable by: each whole token, and each part of a compound token."""
     terms: set[str] = set()
@@ -172,12 +176,14 @@ def _contains_run(tokens: Sequence[str], run: Sequence[str]) -> bool:
 
 class LiteralIndex:
     """Whole-token, case-insensitive lookup over documents made of numbered parts (a memory's
-    pieces, or an entity's rendered text as one part). Updated per document."""
+    pieces, or an entity's rendered text as one part). A value: ``replaced`` makes the next one
+    and shares the unchanged postings with it (persistent maps), so a snapshot that holds this one
+    never sees a later change; ``replace`` rebinds this one, for an owner that shares it with no one."""
 
     def __init__(self, docs: Iterable[tuple[str, Sequence[str]]] = ()) -> None:
-        self._lock = threading.Lock()
-        self._postings: dict[str, dict[str, set[int]]] = {}  # term -> doc id -> part numbers
-        self._parts: dict[str, tuple[str, ...]] = {}
+        # term -> doc id -> part numbers holding it; doc id -> its parts
+        self._postings: Map[str, Map[str, frozenset[int]]] = Map()
+        self._parts: Map[str, tuple[str, ...]] = Map()
         self.replace((), docs)
 
     @classmethod
@@ -195,30 +201,47 @@ class LiteralIndex:
     def __contains__(self, doc_id: str) -> bool:
         return doc_id in self._parts
 
-    def replace(self, removals: Iterable[str], docs: Iterable[tuple[str, Sequence[str]]]) -> None:
-        """Drop some documents and add or replace others."""
-        with self._lock:
-            for doc_id in removals:
-                self._remove_locked(doc_id)
-            for doc_id, parts in docs:
-                self._remove_locked(doc_id)
-                parts = tuple(parts)
-                self._parts[doc_id] = parts
-                for n, text in enumerate(parts):
-                    for term in _index_terms(text):
-                        self._postings.setdefault(term, {}).setdefault(doc_id, set()).add(n)
+    def replaced(self, removals: Iterable[str], docs: Iterable[tuple[str, Sequence[str]]]) -> LiteralIndex:
+        """The next index: this one with some documents dropped and others added or replaced
+        (this one is left as it was)."""
+        out = LiteralIndex.__new__(LiteralIndex)
+        out._postings, out._parts = self._postings, self._parts
+        out.replace(removals, docs)
+        return out
 
-    def _remove_locked(self, doc_id: str) -> None:
-        parts = self._parts.pop(doc_id, None)
-        if parts is None:
+    def replace(self, removals: Iterable[str], docs: Iterable[tuple[str, Sequence[str]]]) -> None:
+        """Drop some documents and add or replace others (rebinds this index's maps in one step)."""
+        changes: dict[str, tuple[str, ...] | None] = {doc_id: None for doc_id in removals}
+        for doc_id, texts in docs:
+            changes[doc_id] = tuple(texts)
+        if not changes:
             return
-        for text in parts:
-            for term in _index_terms(text):
-                docs = self._postings.get(term)
-                if docs is not None:
-                    docs.pop(doc_id, None)
-                    if not docs:
-                        del self._postings[term]
+        gone: dict[str, set[str]] = {}  # term -> doc ids to drop from its postings
+        added: dict[str, dict[str, set[int]]] = {}  # term -> doc id -> part numbers
+        parts_map = self._parts.mutate()
+        for doc_id, new in changes.items():
+            old = parts_map.pop(doc_id, None)
+            if old is not None:
+                for text in old:
+                    for term in _index_terms(text):
+                        gone.setdefault(term, set()).add(doc_id)
+            if new is not None:
+                parts_map[doc_id] = new
+                for n, text in enumerate(new):
+                    for term in _index_terms(text):
+                        added.setdefault(term, {}).setdefault(doc_id, set()).add(n)
+        postings = self._postings.mutate()
+        for term in gone.keys() | added.keys():
+            docs_map = postings.get(term, _NO_DOCS).mutate()
+            for doc_id in gone.get(term, ()):
+                docs_map.pop(doc_id, None)
+            for doc_id, nums in added.get(term, {}).items():
+                docs_map[doc_id] = frozenset(nums)
+            if len(docs_map):
+                postings[term] = docs_map.finish()
+            else:
+                postings.pop(term, None)
+        self._postings, self._parts = postings.finish(), parts_map.finish()
 
     def lookup(self, term: str, allow: Iterable[str] | None = None) -> dict[str, tuple[int, ...]]:
         """Documents (restricted to ``allow`` when given) holding ``term`` as whole tokens -> the
@@ -226,22 +249,22 @@ class LiteralIndex:
         run = tokens_of(term)
         if not run:
             return {}
-        with self._lock:
-            first = self._postings.get(run[0], {})
-            allowed = None if allow is None else (allow if isinstance(allow, (set, frozenset)) else set(allow))
-            cands = {d: set(p) for d, p in first.items() if allowed is None or d in allowed}
-            for tok in run[1:]:
-                if not cands:
-                    break
-                more = self._postings.get(tok, {})
-                cands = {d: p & more[d] for d, p in cands.items() if d in more and p & more[d]}
-            out: dict[str, tuple[int, ...]] = {}
-            for doc_id, nums in cands.items():
-                parts = self._parts[doc_id]
-                keep = tuple(sorted(n for n in nums if len(run) == 1 or _contains_run(tokens_of(parts[n]), run)))
-                if keep:
-                    out[doc_id] = keep
-            return out
+        postings, all_parts = self._postings, self._parts  # one consistent pair
+        first = postings.get(run[0], _NO_DOCS)
+        allowed = None if allow is None else (allow if isinstance(allow, (set, frozenset)) else set(allow))
+        cands = {d: set(p) for d, p in first.items() if allowed is None or d in allowed}
+        for tok in run[1:]:
+            if not cands:
+                break
+            more = postings.get(tok, _NO_DOCS)
+            cands = {d: p & more[d] for d, p in cands.items() if d in more and p & more[d]}
+        out: dict[str, tuple[int, ...]] = {}
+        for doc_id, nums in cands.items():
+            parts = all_parts[doc_id]
+            keep = tuple(sorted(n for n in nums if len(run) == 1 or _contains_run(tokens_of(parts[n]), run)))
+            if keep:
+                out[doc_id] = keep
+        return out
 
     def ids(self, term: str, allow: Iterable[str] | None = None) -> frozenset[str]:
         """The documents holding ``term`` (what the entity side needs)."""

@@ -1,8 +1,15 @@
 """Channel 2: a tantivy full-text index over the rendered documents, kept warm and updated per document.
 
-One in-RAM index holds the documents of one corpus (the whole store, or one datasource's subset so
+One tantivy index holds the documents of one corpus (the whole store, or one datasource's subset so
 that BM25 statistics come from that subset, as SLayer's pre-filter requires). Documents are replaced
 by deleting their ``id`` term and adding them again; a commit makes a batch visible at once.
+
+Two roles, two classes. ``FullTextIndex`` owns the tantivy writer and is touched by one thread at a
+time, the refresh. Each commit publishes a ``FullTextView``: a tantivy searcher taken right after
+that commit plus the key table and membership as they were then. A view never changes, so a
+search reads it without a lock and an older snapshot keeps its own view while newer ones are made.
+Views share structure: the key table is append-only (a view reads only keys its searcher holds) and
+membership is a persistent map (``immutables.Map``), so a commit costs what it changed.
 
 Unlike SLayer, a question never fails to parse: tantivy's lenient parser handles apostrophes,
 parentheses, colons and comparisons, and a question whose literal canonical id or ``memory:<id>``
@@ -14,12 +21,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import tantivy
+from immutables import Map, MapMutation
 
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
 from slayer_lsp.search.fastfields import u64_values
@@ -52,60 +59,20 @@ class TextHit:
     score: float
 
 
-class FullTextIndex:
-    """A warm tantivy index over one corpus of rendered documents."""
+class FullTextView:
+    """One commit of a ``FullTextIndex``, read-only: what a snapshot's searches rank over."""
 
-    def __init__(self, docs: Iterable[RenderedDoc] = (), *, path: Path | None = None,
-                 _state: tuple[list[str], dict[str, tuple[str, int, str]]] | None = None):
-        """An index over ``docs``, in RAM or (``path``) in a directory that a later start reopens."""
-        self._schema = _schema()
-        self.path = path
-        if path is None:
-            self._index = tantivy.Index(self._schema)
-        else:
-            self._index = tantivy.Index(self._schema, path=str(path), reuse=_state is not None)
-        self._writer = self._index.writer(heap_size=64_000_000, num_threads=1)
-        self._opstamp = self._writer.commit_opstamp  # the writer reports only the opstamp it opened at
-        self._lock = threading.Lock()
-        self.kind_counts: dict[str, int] = {"memory": 0, "entity": 0}
-        self._members: dict[str, str] = {}  # canonical -> "memory" | "entity"
-        self._keys: dict[str, int] = {}  # canonical -> u64 fast-field key (hits map back without doc fetches)
-        self._names: list[str] = []
-        self._digests: dict[str, str] = {}  # canonical -> digest of the indexed text
-        self.deletions = 0  # deleted documents still weigh in tantivy's statistics until a rebuild
-        if _state is not None:
-            self._names = list(_state[0])
-            self._keys = {n: i for i, n in enumerate(self._names)}
-            for cid, (group, _key, digest) in _state[1].items():
-                self._members[cid] = group
-                self._digests[cid] = digest
-                self.kind_counts[group] += 1
-            self._index.reload()
-        self.upsert(docs)
-
-    @classmethod
-    def reopen(cls, path: Path, names: list[str], members: dict[str, tuple[str, int, str]],
-               opstamp: int) -> FullTextIndex | None:
-        """Reopen a cached index when it is exactly the one its manifest describes; else None."""
-        try:
-            index = cls(path=path, _state=(names, members))
-        except (ValueError, OSError) as exc:  # locked by another process, or damaged
-            log.info("cached full-text index at %s not reusable: %s", path, exc)
-            return None
-        if index._opstamp != opstamp or index._index.searcher().num_docs != len(members):
-            log.info("cached full-text index at %s does not match its manifest; rebuilding", path)
-            return None
-        return index
-
-    def sync(self, docs: dict[str, RenderedDoc]) -> None:
-        """Make the index hold exactly ``docs``, touching only documents whose text changed."""
-        self.replace([c for c in self._members if c not in docs],
-                     [doc for cid, doc in docs.items() if self._digests.get(cid) != doc_digest(doc)])
-
-    def manifest(self) -> tuple[int, list[str], dict[str, tuple[str, int, str]]]:
-        with self._lock:
-            return (self._opstamp, list(self._names),
-                    {c: (g, self._keys[c], self._digests[c]) for c, g in self._members.items()})
+    def __init__(self, index: FullTextIndex, searcher: tantivy.Searcher, names: list[str],
+                 members: Map[str, str], kind_counts: dict[str, int], deletions: int) -> None:
+        self.index = index  # the writer that made it (the refresh derives the next view from it)
+        self.path = index.path
+        self._tantivy = index.tantivy
+        self._schema = index.schema
+        self._searcher = searcher
+        self._names = names  # append-only and shared: this view reads only keys its searcher holds
+        self._members = members  # canonical -> "memory" | "entity"
+        self.kind_counts = kind_counts
+        self.deletions = deletions  # deleted documents still weigh in tantivy's statistics until a rebuild
 
     def __contains__(self, canonical: str) -> bool:
         return canonical in self._members
@@ -113,79 +80,22 @@ class FullTextIndex:
     def __len__(self) -> int:
         return len(self._members)
 
-    def upsert(self, docs: Iterable[RenderedDoc]) -> None:
-        """Add or replace documents, then commit (one commit per batch)."""
-        self.replace((), docs)
-
-    def _add_locked(self, doc: RenderedDoc) -> None:
-        self._delete_locked(doc.canonical)
-        tdoc = tantivy.Document()
-        tdoc.add_text("id", doc.canonical)
-        tdoc.add_unsigned("key", self._key_locked(doc.canonical))
-        tdoc.add_text("kind", doc.kind)
-        tdoc.add_text("canonical", doc.canonical)
-        tdoc.add_text("text", doc.text)
-        self._writer.add_document(tdoc)
-        group = "memory" if doc.kind == "memory" else "entity"
-        self._members[doc.canonical] = group
-        self._digests[doc.canonical] = doc_digest(doc)
-        self.kind_counts[group] += 1
-
-    def replace(self, removals: Iterable[str], docs: Iterable[RenderedDoc]) -> None:
-        """Delete some documents and add or replace others in one commit (one fsync when the index
-        lives on disk)."""
-        with self._lock:
-            changed = any([self._delete_locked(c) for c in removals])
-            for doc in docs:
-                self._add_locked(doc)
-                changed = True
-            if changed:
-                self._commit_locked()
-
-    def delete(self, canonicals: Iterable[str]) -> None:
-        with self._lock:
-            if any([self._delete_locked(c) for c in canonicals]):
-                self._commit_locked()
-
-    def _key_locked(self, canonical: str) -> int:
-        key = self._keys.get(canonical)
-        if key is None:
-            key = self._keys[canonical] = len(self._names)
-            self._names.append(canonical)
-        return key
-
-    def _delete_locked(self, canonical: str) -> bool:
-        group = self._members.pop(canonical, None)
-        if group is None:
-            return False
-        self._digests.pop(canonical, None)
-        self.kind_counts[group] -= 1
-        self.deletions += 1
-        self._writer.delete_documents_by_term("id", canonical)
-        return True
-
-    def _commit_locked(self) -> None:
-        self._opstamp = self._writer.commit()
-        self._index.reload()
-
-    # ------------------------------------------------------------------ queries
-
     def parse(self, question: str) -> tantivy.Query | None:
         """Parse a question; never raises. Strict syntax first (so ordinary questions rank exactly as
         SLayer ranks them), then the lenient parser, then plain words."""
         try:
-            return self._index.parse_query(question, ["text"])
+            return self._tantivy.parse_query(question, ["text"])
         except ValueError:
             pass
         try:
-            query, _errors = self._index.parse_query_lenient(question, ["text"])
+            query, _errors = self._tantivy.parse_query_lenient(question, ["text"])
             return query
         except ValueError:
             words = _UNSAFE_CHARS.sub(" ", question).lower().strip()
             if not words:
                 return None
             try:
-                return self._index.parse_query(words, ["text"])
+                return self._tantivy.parse_query(words, ["text"])
             except ValueError:
                 return None
 
@@ -226,9 +136,151 @@ class FullTextIndex:
         if allow is not None:
             clauses.append((tantivy.Occur.Must, tantivy.Query.term_set_query(self._schema, "id", list(allow))))
         full = tantivy.Query.boolean_query(clauses)
-        with self._lock:
-            searcher = self._index.searcher()
-            hits = searcher.search(full, limit).hits
-            keys = u64_values(searcher, "key", [addr for _, addr in hits])
-            names = self._names
-            return hits, [names[k] for k in keys]
+        searcher = self._searcher
+        hits = searcher.search(full, limit).hits
+        keys = u64_values(searcher, "key", [addr for _, addr in hits])
+        names = self._names
+        return hits, [names[k] for k in keys]
+
+
+class FullTextIndex:
+    """The writer of a tantivy index over one corpus of rendered documents. One thread at a time
+    changes it (the refresh, or whoever owns a private index); readers use ``view()``."""
+
+    def __init__(self, docs: Iterable[RenderedDoc] = (), *, path: Path | None = None,
+                 _state: tuple[list[str], dict[str, tuple[str, int, str]]] | None = None):
+        """An index over ``docs``, in RAM or (``path``) in a directory that a later start reopens."""
+        self.schema = _schema()
+        self.path = path
+        if path is None:
+            self.tantivy = tantivy.Index(self.schema)
+        else:
+            self.tantivy = tantivy.Index(self.schema, path=str(path), reuse=_state is not None)
+        self._writer = self.tantivy.writer(heap_size=64_000_000, num_threads=1)
+        self._opstamp = self._writer.commit_opstamp  # the writer reports only the opstamp it opened at
+        self._kind_counts: dict[str, int] = {"memory": 0, "entity": 0}
+        self._members: Map[str, str] = Map()  # canonical -> "memory" | "entity"
+        self._keys: dict[str, int] = {}  # canonical -> u64 fast-field key (hits map back without doc fetches)
+        self._names: list[str] = []
+        self._digests: dict[str, str] = {}  # canonical -> digest of the indexed text
+        self._deletions = 0
+        if _state is not None:
+            self._names = list(_state[0])
+            self._keys = {n: i for i, n in enumerate(self._names)}
+            members: dict[str, str] = {}
+            for cid, (group, _key, digest) in _state[1].items():
+                members[cid] = group
+                self._digests[cid] = digest
+                self._kind_counts[group] += 1
+            self._members = Map(members)
+            self.tantivy.reload()
+        self._view = self._publish()
+        self.upsert(docs)
+
+    @classmethod
+    def reopen(cls, path: Path, names: list[str], members: dict[str, tuple[str, int, str]],
+               opstamp: int) -> FullTextIndex | None:
+        """Reopen a cached index when it is exactly the one its manifest describes; else None."""
+        try:
+            index = cls(path=path, _state=(names, members))
+        except (ValueError, OSError) as exc:  # locked by another process, or damaged
+            log.info("cached full-text index at %s not reusable: %s", path, exc)
+            return None
+        if index._opstamp != opstamp or index.tantivy.searcher().num_docs != len(members):
+            log.info("cached full-text index at %s does not match its manifest; rebuilding", path)
+            return None
+        return index
+
+    def view(self) -> FullTextView:
+        """The view of the last commit (never changed by later ones)."""
+        return self._view
+
+    def _publish(self) -> FullTextView:
+        self.tantivy.reload()
+        return FullTextView(self, self.tantivy.searcher(), self._names, self._members,
+                            dict(self._kind_counts), self._deletions)
+
+    def sync(self, docs: dict[str, RenderedDoc]) -> None:
+        """Make the index hold exactly ``docs``, touching only documents whose text changed."""
+        self.replace([c for c in self._members if c not in docs],
+                     [doc for cid, doc in docs.items() if self._digests.get(cid) != doc_digest(doc)])
+
+    def manifest(self) -> tuple[int, list[str], dict[str, tuple[str, int, str]]]:
+        return (self._opstamp, list(self._names),
+                {c: (g, self._keys[c], self._digests[c]) for c, g in self._members.items()})
+
+    # the current view's reads, for an owner that keeps the index to itself
+    def __contains__(self, canonical: str) -> bool:
+        return canonical in self._members
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    @property
+    def deletions(self) -> int:
+        return self._deletions
+
+    @property
+    def kind_counts(self) -> dict[str, int]:
+        return self._view.kind_counts
+
+    def parse(self, question: str) -> tantivy.Query | None:
+        return self._view.parse(question)
+
+    def search(self, query: tantivy.Query, *, memories: bool, limit: int,
+               allow: frozenset[str] | None = None) -> list[TextHit]:
+        return self._view.search(query, memories=memories, limit=limit, allow=allow)
+
+    # ------------------------------------------------------------------ updates
+
+    def upsert(self, docs: Iterable[RenderedDoc]) -> FullTextView:
+        """Add or replace documents, then commit (one commit per batch)."""
+        return self.replace((), docs)
+
+    def replace(self, removals: Iterable[str], docs: Iterable[RenderedDoc]) -> FullTextView:
+        """Delete some documents and add or replace others in one commit (one fsync when the index
+        lives on disk); returns the view of that commit (the last one when nothing changed)."""
+        members = self._members.mutate()
+        changed = any([self._delete(members, c) for c in removals])
+        for doc in docs:
+            self._add(members, doc)
+            changed = True
+        self._members = members.finish()
+        if changed:
+            self._opstamp = self._writer.commit()
+            self._view = self._publish()
+        return self._view
+
+    def delete(self, canonicals: Iterable[str]) -> FullTextView:
+        return self.replace(canonicals, ())
+
+    def _add(self, members: MapMutation[str, str], doc: RenderedDoc) -> None:
+        self._delete(members, doc.canonical)
+        tdoc = tantivy.Document()
+        tdoc.add_text("id", doc.canonical)
+        tdoc.add_unsigned("key", self._key(doc.canonical))
+        tdoc.add_text("kind", doc.kind)
+        tdoc.add_text("canonical", doc.canonical)
+        tdoc.add_text("text", doc.text)
+        self._writer.add_document(tdoc)
+        group = "memory" if doc.kind == "memory" else "entity"
+        members[doc.canonical] = group
+        self._digests[doc.canonical] = doc_digest(doc)
+        self._kind_counts[group] += 1
+
+    def _key(self, canonical: str) -> int:
+        key = self._keys.get(canonical)
+        if key is None:
+            key = self._keys[canonical] = len(self._names)
+            self._names.append(canonical)
+        return key
+
+    def _delete(self, members: MapMutation[str, str], canonical: str) -> bool:
+        group = members.pop(canonical, None)
+        if group is None:
+            return False
+        self._digests.pop(canonical, None)
+        self._kind_counts[group] -= 1
+        self._deletions += 1
+        self._writer.delete_documents_by_term("id", canonical)
+        return True

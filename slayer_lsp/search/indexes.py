@@ -1,17 +1,26 @@
-"""The warm indexes of one catalog snapshot, and how a ``Delta`` brings them to the next.
+"""The indexes of one catalog snapshot (one generation), and how a ``Delta`` derives the next.
 
 ``SearchIndexes`` holds what is expensive to build: the rendered documents, the tantivy indexes
 (the whole store's and, on first use, one per datasource), the Cypher graph, the lexicon, the
-memory pieces and terms, and per-scope tag corpora. ``apply`` derives the next snapshot's indexes
-from a delta, re-rendering only the touched documents; ``rebuilt`` makes fresh full-text indexes
-off the request path. Rankings read these; nothing here ranks.
+memory pieces and terms, and per-scope tag corpora. ``apply`` derives the next generation from a
+delta, re-rendering only the touched documents; ``rebuilt`` makes fresh full-text indexes off the
+request path. Rankings read these; nothing here ranks.
+
+What a generation owns, per index (none of it changes once the engine publishes the generation):
+
+* full text, whole store and per datasource: a ``FullTextView`` (a searcher taken after this
+  generation's commit); the writer behind it belongs to the refresh;
+* memory pieces: a ``MemoryPieceIndex`` generation; lexicon and memory terms: values;
+* per-scope values and the datasource indexes first asked for here: built into this generation;
+* shared on purpose: the Cypher graph (one process per engine, brought up to date by the filter
+  that uses it) and the dense worker (each query ranks the vector view published last).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import datasource_of, is_model_id
 from slayer_lsp.search import scope
-from slayer_lsp.search.fulltext import FullTextIndex
+from slayer_lsp.search.fulltext import FullTextIndex, FullTextView
 from slayer_lsp.search.graph import GraphIndex
 from slayer_lsp.search.lexicon import Lexicon
 from slayer_lsp.search.memory_terms import MemoryTerms
@@ -43,28 +52,66 @@ def _is_visible(catalog: Catalog, canonical: str) -> bool:
     return ent is not None and not ent.hidden
 
 
+_MISSING: Any = object()
+
+
+class _Lazy:
+    """What one generation builds on first use (a datasource's full-text index, the hybrid
+    ranking's indexes, per-scope values), each under a lock of its own: a build never holds up a
+    request that needs something else, and a built value is read without any lock."""
+
+    def __init__(self, seed: dict[Any, Any] | None = None) -> None:
+        self._values: dict[Any, Any] = dict(seed or {})
+        self._locks: dict[Any, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def _lock(self, key: Any) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def get(self, key: Any, build: Callable[[], _T]) -> _T:
+        value = self._values.get(key, _MISSING)
+        if value is not _MISSING:
+            return value
+        with self._lock(key):
+            value = self._values.get(key, _MISSING)
+            if value is _MISSING:
+                value = self._values[key] = build()
+            return value
+
+    def peek(self, key: Any, *, wait: bool = False) -> Any:
+        """The value if built (None if not); ``wait``: let a build under way finish first."""
+        if wait and key not in self._values:
+            with self._lock(key):
+                pass
+        return self._values.get(key)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return list(self._values.items())
+
+
 @dataclass
 class SearchIndexes:
-    """Warm indexes for one catalog snapshot. ``apply`` mutates the tantivy indexes in place and
-    returns the object for the next snapshot (the engine swaps it in with the catalog)."""
+    """The indexes of one catalog snapshot: one generation, read-only to the requests that hold it.
+
+    Every index here is a view of this snapshot and of no other: the full-text views carry a
+    tantivy searcher taken after this generation's commit, the lexicon, piece index and memory
+    terms are values, and what is built on first use (a datasource's index, per-scope values) is
+    built from this generation's documents into this generation only. ``apply`` derives the next
+    generation from a delta without changing this one; the tantivy writers behind the views
+    belong to the refresh, which alone calls ``apply``."""
 
     docs: dict[str, render.RenderedDoc]  # every searchable (visible) document
-    fulltext: FullTextIndex
-    by_datasource: dict[str, FullTextIndex]  # built on first use, then kept up to date
+    fulltext: FullTextView
     graph_enabled: bool = True
     _graph: GraphIndex | None = None
     cache: StoreCache | None = None
     dense: EmbeddingWorker | None = None  # channel 3
     _graph_pending: frozenset[str] = frozenset()  # ids touched since the graph was last brought up to date
     ram_live: bool = False  # a long-lived engine keeps the live full-text index in memory (see rebuilt)
-    _lexicon: Lexicon | None = None  # built on the first hybrid search, then kept up to date
-    _pieces: MemoryPieceIndex | None = None  # likewise
-    _memory_terms: MemoryTerms | None = None  # of this snapshot, derived per delta
-    # Set once ``apply`` derived the next snapshot: the dicts of lazily built indexes are shared with
-    # it, and an index built from this snapshot's documents must not be left there for it.
-    _superseded: bool = False
-    _lock: threading.RLock = field(default_factory=threading.RLock)
-    _cache: dict[Any, Any] = field(default_factory=dict)  # per-snapshot derived values
+    _lazy: _Lazy = field(default_factory=_Lazy)
+    # the graph (a process of its own) is shared by the generations of one engine: its lock is too
+    _graph_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def build(cls, catalog: Catalog, *, graph: bool = True, cache: Any = None) -> SearchIndexes:
@@ -85,65 +132,81 @@ class SearchIndexes:
                 fulltext = _persistent_index(cache, docs)
             if fulltext is not None:
                 _save_manifest(cache, fulltext)
-        return cls(docs, fulltext or FullTextIndex(docs.values()), {}, graph, cache=cache)
+        return cls(docs, (fulltext or FullTextIndex(docs.values())).view(), graph, cache=cache)
+
+    @property
+    def by_datasource(self) -> dict[str, FullTextView]:
+        """The datasource indexes this generation has (built on first use, or derived)."""
+        return {key[1]: view for key, view in self._lazy.items() if _is_text_key(key)}
 
     def apply(self, catalog: Catalog, delta: Delta) -> SearchIndexes:
-        with self._lock:
-            touched = set(delta.touched)
-            for cid in delta.touched:  # a datasource document lists its models
-                if is_model_id(cid):
-                    touched.add(datasource_of(cid))
-            docs = dict(self.docs)
-            upserts: list[render.RenderedDoc] = []
-            removals: list[str] = []
-            for cid in sorted(touched):
-                doc = render.render_entity(catalog, cid) if _is_visible(catalog, cid) else None
-                if doc is None:
-                    if docs.pop(cid, None) is not None:
-                        removals.append(cid)
-                elif docs.get(cid) != doc:
-                    docs[cid] = doc
-                    upserts.append(doc)
-            self.fulltext.replace(removals, upserts)
-            for ds, index in list(self.by_datasource.items()):
-                if ds not in catalog.datasources:
-                    del self.by_datasource[ds]
-                    continue
-                scoped = [u for u in upserts if ds in scope.doc_scopes(catalog, u.canonical)]
-                gone = [c for c in removals if c in index] + [
-                    u.canonical for u in upserts
-                    if u.canonical in index and ds not in scope.doc_scopes(catalog, u.canonical)]
-                index.replace(gone, scoped)
-            if self.dense is not None:
-                _feed_dense(self.dense, catalog, touched, delta)
-            # the graph catches up on the next cypher_filter, not on every edit
-            pending = self._graph_pending | delta.touched if self._graph is not None else frozenset()
-            lexicon = self._lexicon.apply(catalog, delta) if self._lexicon is not None else None
-            pieces = self._pieces.apply(catalog, delta) if self._pieces is not None else None
-            terms = self._memory_terms.derive(catalog, delta) if self._memory_terms is not None else None
-            self._superseded = True
-            return SearchIndexes(docs, self.fulltext, self.by_datasource, self.graph_enabled, self._graph,
-                                 cache=self.cache, dense=self.dense, _graph_pending=frozenset(pending),
-                                 ram_live=self.ram_live, _lexicon=lexicon, _pieces=pieces, _memory_terms=terms,
-                                 _lock=self._lock)
+        """The next generation: the touched documents rendered again, every index derived from this
+        generation's by the delta. This generation is left as it was (run by the refresh only)."""
+        touched = set(delta.touched)
+        for cid in delta.touched:  # a datasource document lists its models
+            if is_model_id(cid):
+                touched.add(datasource_of(cid))
+        docs = dict(self.docs)
+        upserts: list[render.RenderedDoc] = []
+        removals: list[str] = []
+        for cid in sorted(touched):
+            doc = render.render_entity(catalog, cid) if _is_visible(catalog, cid) else None
+            if doc is None:
+                if docs.pop(cid, None) is not None:
+                    removals.append(cid)
+            elif docs.get(cid) != doc:
+                docs[cid] = doc
+                upserts.append(doc)
+        fulltext = _derived(self.fulltext, docs.values(), removals, upserts)
+        seed: dict[Any, Any] = {}
+        for key, view in self._lazy.items():
+            if not _is_text_key(key) or key[1] not in catalog.datasources:
+                continue
+            ds = key[1]
+            if view.index.view() is not view:  # not this writer's last commit: rebuilt on first use
+                continue
+            scoped = [u for u in upserts if ds in scope.doc_scopes(catalog, u.canonical)]
+            gone = [c for c in removals if c in view] + [
+                u.canonical for u in upserts if u.canonical in view and ds not in scope.doc_scopes(catalog, u.canonical)]
+            seed[key] = view.index.replace(gone, scoped)
+        if self.dense is not None:
+            _feed_dense(self.dense, catalog, touched, delta)
+        # the graph catches up on the next cypher_filter, not on every edit
+        with self._graph_lock:
+            graph, pending = self._graph, self._graph_pending
+        pending = pending | delta.touched if graph is not None else frozenset()
+        # the hybrid ranking's values: derived when this generation has them (a first build under way
+        # is waited for, so that the next generation need not build them again)
+        lexicon: Lexicon | None = self._lazy.peek("lexicon", wait=True)
+        pieces: MemoryPieceIndex | None = self._lazy.peek("pieces", wait=True)
+        terms: MemoryTerms | None = self._lazy.peek("memory terms", wait=True)
+        if lexicon is not None:
+            seed["lexicon"] = lexicon.apply(catalog, delta)
+        if pieces is not None:
+            seed["pieces"] = pieces.apply(catalog, delta)
+        if terms is not None:
+            seed["memory terms"] = terms.derive(catalog, delta)
+        return SearchIndexes(docs, fulltext, self.graph_enabled, graph, cache=self.cache, dense=self.dense,
+                             _graph_pending=frozenset(pending), ram_live=self.ram_live, _lazy=_Lazy(seed),
+                             _graph_lock=self._graph_lock)
 
     @property
     def needs_compaction(self) -> bool:
         """Replaced or deleted documents linger in tantivy's BM25 statistics, so scores drift a
         little from a fresh build until the index is rebuilt."""
         stale = any(ix.deletions for ix in (self.fulltext, *self.by_datasource.values()))
-        stale = stale or bool(self._pieces is not None and self._pieces.deletions)
+        pieces = self._lazy.peek("pieces")
+        stale = stale or bool(pieces is not None and pieces.deletions)
         return stale or (self.ram_live and self.fulltext.path is not None)
 
     def rebuilt(self, catalog: Catalog) -> SearchIndexes:
         """Fresh full-text indexes over the same documents (run off the request path). With
         ``ram_live`` the live index is kept in memory, so edits commit without an fsync, and the
         on-disk cache gets a separate snapshot that the next start reopens and brings up to date."""
-        with self._lock:
-            docs = dict(self.docs)
-            scopes = list(self.by_datasource)
-        by_ds = {ds: FullTextIndex(doc for cid, doc in docs.items() if ds in scope.doc_scopes(catalog, cid))
-                 for ds in scopes if ds in catalog.datasources}
+        docs = self.docs
+        seed: dict[Any, Any] = {
+            ("fulltext", ds): FullTextIndex(doc for cid, doc in docs.items() if ds in scope.doc_scopes(catalog, cid)).view()
+            for ds in self.by_datasource if ds in catalog.datasources}
         snapshot = _persistent_index(self.cache, docs) if self.cache is not None else None
         if snapshot is not None:
             _save_manifest(self.cache, snapshot)
@@ -152,41 +215,37 @@ class SearchIndexes:
             live = FullTextIndex(docs.values())
         else:
             live = snapshot
-        pieces = self._pieces.rebuilt() if self._pieces is not None else None
-        return SearchIndexes(docs, live, by_ds, self.graph_enabled, self._graph, cache=self.cache,
-                             dense=self.dense, _graph_pending=self._graph_pending, ram_live=self.ram_live,
-                             _lexicon=self._lexicon, _pieces=pieces, _memory_terms=self._memory_terms)
+        pieces: MemoryPieceIndex | None = self._lazy.peek("pieces", wait=True)
+        if pieces is not None:
+            seed["pieces"] = pieces.rebuilt()
+        for key in ("lexicon", "memory terms"):  # values: shared as they are
+            value = self._lazy.peek(key, wait=True)
+            if value is not None:
+                seed[key] = value
+        with self._graph_lock:
+            graph, pending = self._graph, self._graph_pending
+        return SearchIndexes(docs, live.view(), self.graph_enabled, graph, cache=self.cache,
+                             dense=self.dense, _graph_pending=pending, ram_live=self.ram_live,
+                             _lazy=_Lazy(seed), _graph_lock=self._graph_lock)
 
     def save_cache(self) -> None:
         """Record the live index's state so the next start reopens it (after incremental updates)."""
         if self.cache is not None and self.fulltext.path is not None:
-            _save_manifest(self.cache, self.fulltext)
+            _save_manifest(self.cache, self.fulltext.index)
 
-    def fulltext_for(self, catalog: Catalog, datasource: str | None) -> FullTextIndex:
+    def fulltext_for(self, catalog: Catalog, datasource: str | None) -> FullTextView:
         if datasource is None:
             return self.fulltext
-        with self._lock:
-            index = self.by_datasource.get(datasource)
-            if index is None:
-                index = FullTextIndex(doc for cid, doc in self.docs.items()
-                                      if datasource in scope.doc_scopes(catalog, cid))
-                if not self._superseded:
-                    self.by_datasource[datasource] = index
-            return index
+        return self._lazy.get(("fulltext", datasource), lambda: FullTextIndex(
+            doc for cid, doc in self.docs.items() if datasource in scope.doc_scopes(catalog, cid)).view())
 
     def pieces_for(self, catalog: Catalog) -> MemoryPieceIndex:
-        """Memories cut into pieces for the hybrid ranking (built once, then updated per delta)."""
-        with self._lock:
-            if self._pieces is None:
-                self._pieces = MemoryPieceIndex.build(catalog)
-            return self._pieces
+        """Memories cut into pieces for the hybrid ranking (built once, then derived per delta)."""
+        return self._lazy.get("pieces", lambda: MemoryPieceIndex.build(catalog))
 
     def memory_terms_for(self, catalog: Catalog) -> MemoryTerms:
         """The memories' stems and their frequencies (built once, then derived per delta)."""
-        with self._lock:
-            if self._memory_terms is None:
-                self._memory_terms = MemoryTerms.build(catalog)
-            return self._memory_terms
+        return self._lazy.get("memory terms", lambda: MemoryTerms.build(catalog))
 
     def warm(self, catalog: Catalog) -> None:
         """Build what the hybrid ranking needs (run off the request path at start-up)."""
@@ -195,22 +254,19 @@ class SearchIndexes:
         self.memory_terms_for(catalog)
 
     def lexicon_for(self, catalog: Catalog) -> Lexicon:
-        """Names, values and joins of the hybrid ranking (built once, then updated per delta)."""
-        with self._lock:
-            if self._lexicon is None:
-                self._lexicon = Lexicon.build(catalog)
-            return self._lexicon
+        """Names, values and joins of the hybrid ranking (built once, then derived per delta)."""
+        return self._lazy.get("lexicon", lambda: Lexicon.build(catalog))
 
     def graph(self, catalog: Catalog) -> GraphIndex:
         """The graph of ``catalog``, built on the first cypher_filter and brought up to date on each
-        one after. Neither the build nor the update holds the indexes' lock: an update waits for a
+        one after. Neither the build nor the update holds the graph's lock: an update waits for a
         running filter, which must not hold up the searches that use no graph."""
-        with self._lock:
+        with self._graph_lock:
             graph, pending = self._graph, self._graph_pending
             self._graph_pending = frozenset()
         if graph is None:
             built = GraphIndex.build(catalog)
-            with self._lock:
+            with self._graph_lock:
                 if self._graph is None:
                     self._graph = built
                     return built
@@ -222,7 +278,7 @@ class SearchIndexes:
 
     def close_graph(self) -> None:
         """Stop the graph's process (engine close); it is shared by every snapshot of the engine."""
-        with self._lock:
+        with self._graph_lock:
             graph, self._graph = self._graph, None
         if graph is not None:
             graph.close()
@@ -254,10 +310,7 @@ class SearchIndexes:
         return self._cached(("tags", datasource), build)
 
     def _cached(self, key: tuple[str, str | None], build: Callable[[], _T]) -> _T:
-        with self._lock:
-            if key not in self._cache:
-                self._cache[key] = build()
-            return self._cache[key]
+        return self._lazy.get(key, build)
 
 
 def _feed_dense(worker: Any, catalog: Catalog, touched: set[str], delta: Delta) -> None:
@@ -270,6 +323,21 @@ def _feed_dense(worker: Any, catalog: Catalog, touched: set[str], delta: Delta) 
             worker.enqueue(item.canonical_id, item.kind, item.text)
         else:
             worker.remove(cid, from_store=cid in delta.removed)
+
+
+def _is_text_key(key: Any) -> bool:
+    """Whether a ``_Lazy`` key names a datasource's full-text view (``("fulltext", ds)``)."""
+    return isinstance(key, tuple) and key[0] == "fulltext"
+
+
+def _derived(view: FullTextView, docs: Iterable[render.RenderedDoc], removals: list[str],
+             upserts: list[render.RenderedDoc]) -> FullTextView:
+    """The next view of the whole store's index: committed by its writer when ``view`` is that
+    writer's last commit (always, for the refresh), else a fresh index over ``docs``."""
+    if view.index.view() is view:
+        return view.index.replace(removals, upserts)
+    log.info("full text: deriving from an older generation; indexing every document anew")
+    return FullTextIndex(docs).view()
 
 
 def _persistent_index(cache: Any, docs: dict[str, render.RenderedDoc]) -> FullTextIndex | None:

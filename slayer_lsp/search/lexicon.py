@@ -8,85 +8,85 @@ from __future__ import annotations
 
 import heapq
 import math
-import threading
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from immutables import Map
 
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import child_id, is_memory_ref
 from slayer_lsp.search import name_stems, sampled_values
+from slayer_lsp.search.persistent import Moves, moved, note
 
 LEAF_KINDS = ("column", "measure", "aggregation")
 MAX_POSTINGS = 20000  # a stem in more names than this says nothing (its idf is ~0): skipped
 
 
-@dataclass
-class Lexicon:
-    """Stems per entity name, value terms per column, shapes per column, declared joins per model."""
+_NO_STEMS: Map[str, tuple[str, ...]] = Map()
+_NO_IDS: Map[str, frozenset[str]] = Map()
+_NO_FLAGS: Map[str, frozenset[str]] = Map()
+_NO_JOINS: Map[str, tuple[tuple[str, str, str], ...]] = Map()
 
-    stems: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf or model id -> name stems
-    postings: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # stem -> ids
-    terms: dict[str, frozenset[str]] = field(default_factory=dict)  # column id -> its value terms
-    by_value: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # term -> column ids
-    shapes: dict[str, frozenset[str]] = field(default_factory=dict)  # column id -> value shapes
-    joins: dict[str, tuple[tuple[str, str, str], ...]] = field(default_factory=dict)
+
+@dataclass(frozen=True)
+class Lexicon:
+    """Stems per entity name, value terms per column, shapes per column, declared joins per model.
+
+    A value of one snapshot: ``apply`` returns the next snapshot's lexicon and leaves this one as it
+    was. The maps are persistent (``immutables.Map``): the next lexicon shares every entry the delta
+    did not touch, and a posting set is replaced whole, never changed in place."""
+
+    stems: Map[str, tuple[str, ...]] = _NO_STEMS  # leaf or model id -> name stems
+    postings: Map[str, frozenset[str]] = _NO_IDS  # stem -> ids
+    terms: Map[str, frozenset[str]] = _NO_FLAGS  # column id -> its value terms
+    by_value: Map[str, frozenset[str]] = _NO_IDS  # term -> column ids
+    shapes: Map[str, frozenset[str]] = _NO_FLAGS  # column id -> value shapes
+    joins: Map[str, tuple[tuple[str, str, str], ...]] = _NO_JOINS
     # model id -> ((other model id, key column here, key column there), ...): each join's first pair
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def build(cls, catalog: Catalog) -> Lexicon:
-        lex = cls()
-        lex._update(catalog, catalog.searchable_ids())
-        return lex
+        return cls()._updated(catalog, catalog.searchable_ids())
 
     def apply(self, catalog: Catalog, delta: Delta) -> Lexicon:
-        """Re-read the touched entities in place (the lexicon is shared between snapshots, like the
-        full-text index; readers take the lock)."""
+        """The next snapshot's lexicon: the touched entities re-read (itself when none is)."""
         touched = [c for c in delta.touched if not is_memory_ref(c)]
-        with self._lock:
-            for cid in touched:
-                self._remove(cid)
-        self._update(catalog, touched)
-        return self
+        return self._updated(catalog, touched) if touched else self
 
-    def _remove(self, cid: str) -> None:
-        for stem in self.stems.pop(cid, ()):
-            ids = self.postings.get(stem)
-            if ids is not None:
-                ids.discard(cid)
-                if not ids:
-                    del self.postings[stem]
-        for term in self.terms.pop(cid, ()):
-            ids = self.by_value.get(term)
-            if ids is not None:
-                ids.discard(cid)
-                if not ids:
-                    del self.by_value[term]
-        self.shapes.pop(cid, None)
-        self.joins.pop(cid, None)
-
-    def _update(self, catalog: Catalog, ids: Iterable[str]) -> None:
+    def _updated(self, catalog: Catalog, ids: Iterable[str]) -> Lexicon:
+        ids = list(ids)
         entries = []
         for cid in ids:
             ent = catalog.get(cid)
             if ent is None or ent.hidden or ent.kind not in (*LEAF_KINDS, "model"):
                 continue
             entries.append(_entry(catalog, ent))
-        with self._lock:
-            for cid, stems, terms, shapes, joins in entries:
-                self._remove(cid)
-                self.stems[cid] = stems
-                for stem in stems:
-                    self.postings[stem].add(cid)
-                if terms:
-                    self.terms[cid] = terms
-                    for term in terms:
-                        self.by_value[term].add(cid)
-                if shapes:
-                    self.shapes[cid] = shapes
-                if joins is not None:
-                    self.joins[cid] = joins
+        stems, terms = self.stems.mutate(), self.terms.mutate()
+        shapes, joins = self.shapes.mutate(), self.joins.mutate()
+        by_stem: Moves = {}  # stem -> (ids gone, ids new)
+        by_term: Moves = {}
+        for cid in ids:  # every id re-read leaves first (as a removed or hidden one must)
+            for stem in stems.pop(cid, ()):
+                note(by_stem, stem, cid, joins=False)
+            for term in terms.pop(cid, ()):
+                note(by_term, term, cid, joins=False)
+            shapes.pop(cid, None)
+            joins.pop(cid, None)
+        for cid, name_stems_, value_terms, value_shapes, model_joins in entries:
+            stems[cid] = name_stems_
+            for stem in name_stems_:
+                note(by_stem, stem, cid, joins=True)
+            if value_terms:
+                terms[cid] = value_terms
+                for term in value_terms:
+                    note(by_term, term, cid, joins=True)
+            if value_shapes:
+                shapes[cid] = value_shapes
+            if model_joins is not None:
+                joins[cid] = model_joins
+        return Lexicon(stems.finish(), moved(self.postings, by_stem), terms.finish(),
+                       moved(self.by_value, by_term), shapes.finish(), joins.finish())
 
     # ------------------------------------------------------------------ lookups
 
@@ -95,18 +95,17 @@ class Lexicon:
         ``limit`` best."""
         n = max(len(self.stems), 1)
         scores: dict[str, float] = defaultdict(float)
-        with self._lock:
-            for stem in sorted(set(question_stems)):  # sorted: float sums never depend on the hash seed
-                ids = self.postings.get(stem)
-                if not ids or len(ids) > MAX_POSTINGS:
-                    continue
-                df = len(ids)
-                idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-                for cid in ids:
-                    if allow is None or cid in allow:
-                        scores[cid] += idf
-            stems = self.stems
-            damped = {cid: s / (1 + 0.1 * len(stems[cid])) for cid, s in scores.items()}
+        for stem in sorted(set(question_stems)):  # sorted: float sums never depend on the hash seed
+            ids = self.postings.get(stem)
+            if not ids or len(ids) > MAX_POSTINGS:
+                continue
+            df = len(ids)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            for cid in ids:
+                if allow is None or cid in allow:
+                    scores[cid] += idf
+        stems = self.stems
+        damped = {cid: s / (1 + 0.1 * len(stems[cid])) for cid, s in scores.items()}
         if len(damped) <= limit:
             return damped
         return dict(heapq.nlargest(limit, damped.items(), key=lambda kv: (kv[1], kv[0])))
@@ -114,11 +113,10 @@ class Lexicon:
     def value_matches(self, question: str, allow=None) -> set[str]:  # noqa: ANN001
         """Columns one of whose sampled values the question names."""
         out: set[str] = set()
-        with self._lock:
-            for gram in sampled_values.question_ngrams(question):
-                ids = self.by_value.get(gram)
-                if ids:
-                    out.update(c for c in ids if allow is None or c in allow)
+        for gram in sampled_values.question_ngrams(question):
+            ids = self.by_value.get(gram)
+            if ids:
+                out.update(c for c in ids if allow is None or c in allow)
         return out
 
     def shapes_of(self, cid: str) -> frozenset[str]:
@@ -160,3 +158,4 @@ def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
         terms = frozenset(sampled_values.value_terms(sampled))
         shapes = sampled_values.column_shapes(sampled, obj.type)
     return ent.canonical, stems, terms, shapes, None
+

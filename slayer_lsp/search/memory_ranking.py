@@ -242,9 +242,8 @@ def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | 
     fused: dict[str, float] = {}
     for ch in channels:
         w = WEIGHTS[ch.name]
-        for mid, rank in ch.ranks.items():
-            if ok(mid):  # the piece index is shared with newer snapshots: one may hold a memory this one lacks
-                fused[mid] = fused.get(mid, 0.0) + w / (RRF_K + rank)
+        for mid, rank in ch.ranks.items():  # every channel ranked allowed memories of this snapshot only
+            fused[mid] = fused.get(mid, 0.0) + w / (RRF_K + rank)
 
     leaders = named_record_memories(catalog, index, named, ok) if named else set()
     via: dict[str, str] = {}

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import tantivy
+from immutables import Map
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of
 from slayer_lsp.search.exact_tokens import LiteralIndex
 from slayer_lsp.search.fastfields import u64_values
+from slayer_lsp.search.persistent import Moves, moved, note
 from slayer_lsp.store import documents as d
 from slayer_lsp.texts.pieces import piece_texts
 from slayer_lsp.texts.words import TOKEN_RE, words_of
@@ -112,129 +113,147 @@ def _query_text(question: str) -> str:
     return " ".join(terms)
 
 
-class MemoryPieceIndex:
-    """Pieces of every memory of a catalog: a tantivy index (full text), a literal index (exact
-    tokens), the tags of each memory (literal tag matches) and the links between memories
-    (``memory:<id>`` tags, both directions)."""
+def _note_links(tags: Moves, links: Moves, mid: str, entry: _Entry, *, joins: bool) -> None:
+    """Record that ``mid`` leaves or joins the tag and link sets ``entry`` names."""
+    for tag in entry.tags:
+        note(tags, tag.casefold(), mid, joins=joins)
+        if is_memory_ref(tag):
+            note(links, memory_id_of(tag), mid, joins=joins)
+
+
+
+class _PieceWriter:
+    """The tantivy index and writer behind a chain of piece-index generations. Only the refresh
+    (whoever derives the next generation) touches it; ``head`` is the generation of its last commit,
+    the only one a next generation may be derived from in place."""
 
     def __init__(self) -> None:
-        self._schema = _schema()
-        self._index = tantivy.Index(self._schema)
-        self._index.register_tokenizer(ANALYZER, _analyzer())
-        self._writer = self._index.writer(heap_size=16_000_000, num_threads=1)
-        self._lock = threading.RLock()
-        self._entries: dict[str, _Entry] = {}
-        self._keys: dict[str, int] = {}  # memory id -> u64 fast-field key
-        self._names: list[str] = []
-        self._tag_members: dict[str, set[str]] = {}  # case-folded tag -> memory ids carrying it
-        self._linked_from: dict[str, set[str]] = {}  # memory id -> memories whose tags name it
-        self.literal = LiteralIndex()
-        self.deletions = 0  # replaced pieces still weigh in BM25 statistics until a rebuild
+        self.schema = _schema()
+        self.tantivy = tantivy.Index(self.schema)
+        self.tantivy.register_tokenizer(ANALYZER, _analyzer())
+        self.writer = self.tantivy.writer(heap_size=16_000_000, num_threads=1)
+        self.keys: dict[str, int] = {}  # memory id -> u64 fast-field key
+        self.names: list[str] = []  # append-only: a generation reads only the keys its searcher holds
+        self.head: MemoryPieceIndex | None = None
+
+    def key(self, mid: str) -> int:
+        key = self.keys.get(mid)
+        if key is None:
+            key = self.keys[mid] = len(self.names)
+            self.names.append(mid)
+        return key
+
+
+_NO_ENTRIES: Map[str, _Entry] = Map()
+_NO_IDS: Map[str, frozenset[str]] = Map()
+
+
+class MemoryPieceIndex:
+    """Pieces of every memory of one snapshot: a tantivy searcher (full text), a literal index
+    (exact tokens), the tags of each memory (literal tag matches) and the links between memories
+    (``memory:<id>`` tags, both directions).
+
+    One generation, read-only: ``apply`` returns the next generation and leaves this one as it
+    was (its searcher was taken after its own commit; its maps are persistent and shared with the
+    next where unchanged), so a search on an older snapshot never sees a newer memory."""
+
+    def __init__(self, _writer: _PieceWriter | None = None, _entries: Map[str, _Entry] = _NO_ENTRIES,
+                 _tag_members: Map[str, frozenset[str]] = _NO_IDS, _linked_from: Map[str, frozenset[str]] = _NO_IDS,
+                 literal: LiteralIndex | None = None, deletions: int = 0) -> None:
+        """An empty index, or (from ``_put``) one generation of a writer."""
+        self._w = _writer if _writer is not None else _PieceWriter()
+        if _writer is None:
+            self._w.head = self
+        self._searcher = self._w.tantivy.searcher()
+        self._names = self._w.names
+        self._entries = _entries
+        self._tag_members = _tag_members  # case-folded tag -> memory ids carrying it
+        self._linked_from = _linked_from  # memory id -> memories whose tags name it
+        self.literal = literal if literal is not None else LiteralIndex()
+        self.deletions = deletions  # replaced pieces still weigh in BM25 statistics until a rebuild
         # the restriction query of the last allowed sets (a datasource's memories come as the same
-        # frozenset call after call); emptied whenever the memories change
+        # frozenset call after call); per generation, since it names this generation's memories
         self._restrictions: dict[frozenset[str], tantivy.Query | None] = {}
 
     # ------------------------------------------------------------------ building
 
     @classmethod
     def build(cls, catalog: Catalog) -> MemoryPieceIndex:
-        index = cls()
-        index.sync(catalog.memories)
-        return index
+        return cls().synced(catalog.memories)
 
     def apply(self, catalog: Catalog, delta: Delta) -> MemoryPieceIndex:
-        """Bring the index up to date with ``catalog`` for the memories ``delta`` touches (in
-        place; returns itself, as ``SearchIndexes.apply`` expects of its parts)."""
+        """The next generation: this one with the memories ``delta`` touches re-read from
+        ``catalog`` (itself when the delta touches no memory)."""
         touched = [memory_id_of(c) for c in delta.touched if is_memory_ref(c)]
-        if touched:
-            self.replace(touched, catalog.memories)
-        return self
+        return self.replaced(touched, catalog.memories) if touched else self
 
     def rebuilt(self) -> MemoryPieceIndex:
         """A fresh index over the same memories (BM25 statistics without replaced pieces)."""
-        fresh = MemoryPieceIndex()
-        with self._lock:
-            entries = dict(self._entries)
-        fresh._put(entries)
-        return fresh
+        return MemoryPieceIndex()._put(dict(self._entries))
 
-    def sync(self, memories: Mapping[str, d.Memory]) -> None:
-        """Make the index hold exactly ``memories`` (unchanged ones are not touched)."""
-        with self._lock:
-            gone = [m for m in self._entries if m not in memories]
-        self.replace([*gone, *memories], memories)
+    def synced(self, memories: Mapping[str, d.Memory]) -> MemoryPieceIndex:
+        """The generation holding exactly ``memories`` (unchanged ones are not touched)."""
+        gone = [m for m in self._entries if m not in memories]
+        return self.replaced([*gone, *memories], memories)
 
-    def replace(self, memory_ids: Iterable[str], memories: Mapping[str, d.Memory]) -> None:
-        """Re-read these memories from ``memories`` (absent ones are removed); one commit."""
-        self._restrictions = {}
+    def replaced(self, memory_ids: Iterable[str], memories: Mapping[str, d.Memory]) -> MemoryPieceIndex:
+        """The generation with these memories re-read from ``memories`` (absent ones removed); one
+        commit."""
         updates: dict[str, _Entry | None] = {}
         for mid in memory_ids:
             mem = memories.get(mid)
             updates[mid] = None if mem is None else _Entry(tuple(piece_texts(mem)), tuple(mem.entities))
-        self._put(updates)
+        return self._put(updates)
 
-    def _put(self, updates: Mapping[str, _Entry | None]) -> None:
-        with self._lock:
-            changed = False
-            literal_gone: list[str] = []
-            literal_new: list[tuple[str, tuple[str, ...]]] = []
-            for mid, entry in updates.items():
-                old = self._entries.get(mid)
-                if old == entry:
-                    continue
-                if old is not None:
-                    self._writer.delete_documents_by_term("mid", mid)
-                    self.deletions += len(old.pieces) + bool(old.about)
-                    self._unlink(mid, old)
-                    literal_gone.append(mid)
-                    del self._entries[mid]
-                if entry is not None:
-                    key = self._keys.get(mid)
-                    if key is None:
-                        key = self._keys[mid] = len(self._names)
-                        self._names.append(mid)
-                    for n, text in enumerate(entry.pieces):
-                        doc = tantivy.Document()
-                        doc.add_text("mid", mid)
-                        doc.add_unsigned("key", key)
-                        doc.add_unsigned("piece", n)
-                        doc.add_text("text", text)
-                        self._writer.add_document(doc)
-                    if entry.about:
-                        doc = tantivy.Document()
-                        doc.add_text("mid", mid)
-                        doc.add_unsigned("key", key)
-                        doc.add_unsigned("piece", ABOUT_PIECE)
-                        doc.add_text("about", entry.about)
-                        self._writer.add_document(doc)
-                    self._entries[mid] = entry
-                    self._link(mid, entry)
-                    literal_new.append((mid, entry.pieces))
-                changed = True
-            if changed:
-                self._writer.commit()
-                self._index.reload()
-                self.literal.replace(literal_gone, literal_new)
-
-    def _link(self, mid: str, entry: _Entry) -> None:
-        for tag in entry.tags:
-            self._tag_members.setdefault(tag.casefold(), set()).add(mid)
-            if is_memory_ref(tag):
-                self._linked_from.setdefault(memory_id_of(tag), set()).add(mid)
-
-    def _unlink(self, mid: str, entry: _Entry) -> None:
-        for tag in entry.tags:
-            members = self._tag_members.get(tag.casefold())
-            if members is not None:
-                members.discard(mid)
-                if not members:
-                    del self._tag_members[tag.casefold()]
-            if is_memory_ref(tag):
-                sources = self._linked_from.get(memory_id_of(tag))
-                if sources is not None:
-                    sources.discard(mid)
-                    if not sources:
-                        del self._linked_from[memory_id_of(tag)]
+    def _put(self, updates: Mapping[str, _Entry | None]) -> MemoryPieceIndex:
+        updates = {mid: e for mid, e in updates.items() if self._entries.get(mid) != e}
+        if not updates:
+            return self
+        w = self._w
+        if w.head is not self:  # a newer generation was derived from this one: fork a writer of our own
+            log.info("memory pieces: deriving from an older generation; indexing %d memories anew", len(self._entries))
+            base = MemoryPieceIndex()
+            return base._put({**dict(self._entries), **updates})
+        deletions = self.deletions
+        entries = self._entries.mutate()
+        tags: Moves = {}  # case-folded tag -> (memories gone, memories new)
+        links: Moves = {}  # linked memory -> (sources gone, sources new)
+        literal_gone: list[str] = []
+        literal_new: list[tuple[str, tuple[str, ...]]] = []
+        for mid, entry in updates.items():
+            old = entries.get(mid)
+            if old is not None:
+                w.writer.delete_documents_by_term("mid", mid)
+                deletions += len(old.pieces) + bool(old.about)
+                _note_links(tags, links, mid, old, joins=False)
+                literal_gone.append(mid)
+                del entries[mid]
+            if entry is not None:
+                key = w.key(mid)
+                for n, text in enumerate(entry.pieces):
+                    doc = tantivy.Document()
+                    doc.add_text("mid", mid)
+                    doc.add_unsigned("key", key)
+                    doc.add_unsigned("piece", n)
+                    doc.add_text("text", text)
+                    w.writer.add_document(doc)
+                if entry.about:
+                    doc = tantivy.Document()
+                    doc.add_text("mid", mid)
+                    doc.add_unsigned("key", key)
+                    doc.add_unsigned("piece", ABOUT_PIECE)
+                    doc.add_text("about", entry.about)
+                    w.writer.add_document(doc)
+                entries[mid] = entry
+                _note_links(tags, links, mid, entry, joins=True)
+                literal_new.append((mid, entry.pieces))
+        w.writer.commit()
+        w.tantivy.reload()
+        nxt = MemoryPieceIndex(w, entries.finish(), moved(self._tag_members, tags),
+                               moved(self._linked_from, links),
+                               self.literal.replaced(literal_gone, literal_new), deletions)
+        w.head = nxt
+        return nxt
 
     # ------------------------------------------------------------------ lookups
 
@@ -254,16 +273,14 @@ class MemoryPieceIndex:
 
     def tagged_with(self, tag: str) -> frozenset[str]:
         """Memories carrying ``tag`` (compared case-insensitively, as exact tokens are)."""
-        with self._lock:
-            return frozenset(self._tag_members.get(tag.casefold(), ()))
+        return self._tag_members.get(tag.casefold(), frozenset())
 
     def linked(self, memory_id: str) -> tuple[str, ...]:
         """Memories linked to this one in either direction: the memories its ``memory:<id>`` tags
         name, and those whose tags name it (sorted, for a stable traversal)."""
-        with self._lock:
-            entry = self._entries.get(memory_id)
-            out = {memory_id_of(t) for t in entry.tags if is_memory_ref(t)} if entry is not None else set()
-            out |= self._linked_from.get(memory_id, set())
+        entry = self._entries.get(memory_id)
+        out = {memory_id_of(t) for t in entry.tags if is_memory_ref(t)} if entry is not None else set()
+        out |= self._linked_from.get(memory_id, frozenset())
         out.discard(memory_id)
         return tuple(sorted(out))
 
@@ -274,7 +291,7 @@ class MemoryPieceIndex:
         if not text:
             return None
         try:
-            return self._index.parse_query(text, [field])
+            return self._w.tantivy.parse_query(text, [field])
         except ValueError:  # not expected for plain words and phrases; never fatal
             log.debug("piece query %r did not parse", text)
             return None
@@ -290,18 +307,17 @@ class MemoryPieceIndex:
             return []
         limit = max(depth * 3, 32)  # a few pieces per memory; fetched deeper when that was not enough
         while True:
-            with self._lock:
-                searcher = self._index.searcher()
-                hits = searcher.search(full, limit).hits
-                addrs = [addr for _, addr in hits]
-                keys = u64_values(searcher, "key", addrs)
-                nos = u64_values(searcher, "piece", addrs)
-                names = self._names
-                best: dict[str, PieceHit] = {}
-                for (score, _), key, no in zip(hits, keys, nos, strict=True):
-                    mid = names[key]
-                    if mid not in best:
-                        best[mid] = PieceHit(mid, int(no), self._entries[mid].pieces[no], float(score))
+            searcher = self._searcher
+            hits = searcher.search(full, limit).hits
+            addrs = [addr for _, addr in hits]
+            keys = u64_values(searcher, "key", addrs)
+            nos = u64_values(searcher, "piece", addrs)
+            names, entries = self._names, self._entries
+            best: dict[str, PieceHit] = {}
+            for (score, _), key, no in zip(hits, keys, nos, strict=True):
+                mid = names[key]
+                if mid not in best:
+                    best[mid] = PieceHit(mid, int(no), entries[mid].pieces[no], float(score))
             if len(best) >= depth or len(hits) < limit:
                 return list(best.values())[:depth]
             limit *= 4
@@ -314,11 +330,10 @@ class MemoryPieceIndex:
         full = self._restricted(query, allow, depth)
         if full is None:
             return []
-        with self._lock:
-            searcher = self._index.searcher()
-            hits = searcher.search(full, depth).hits
-            keys = u64_values(searcher, "key", [addr for _, addr in hits])
-            return [(self._names[k], float(score)) for (score, _), k in zip(hits, keys, strict=True)]
+        searcher = self._searcher
+        hits = searcher.search(full, depth).hits
+        keys = u64_values(searcher, "key", [addr for _, addr in hits])
+        return [(self._names[k], float(score)) for (score, _), k in zip(hits, keys, strict=True)]
 
     def _restricted(self, query: tantivy.Query | None, allow: Collection[str] | None,
                     depth: int) -> tantivy.Query | None:
@@ -337,7 +352,7 @@ class MemoryPieceIndex:
                     return None
                 cached = None
                 if len(ids) < len(self._entries):
-                    restrict = tantivy.Query.term_set_query(self._schema, "mid", ids)
+                    restrict = tantivy.Query.term_set_query(self._w.schema, "mid", ids)
                     cached = tantivy.Query.const_score_query(restrict, 0.0)
                 if key is not None:
                     if len(self._restrictions) >= 16:

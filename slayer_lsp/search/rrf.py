@@ -13,7 +13,7 @@ from typing import Any
 
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref
-from slayer_lsp.search.fulltext import FullTextIndex
+from slayer_lsp.search.fulltext import FullTextView
 from slayer_lsp.search.hits import named_ranking, search_hit
 from slayer_lsp.search.indexes import SearchIndexes
 from slayer_lsp.search.request import Request
@@ -115,7 +115,7 @@ def initial_depth(max_results: int) -> int:
     return max(100, 5 * max_results)
 
 
-def _text_ranking(index: FullTextIndex, query, *, memories: bool, allow, exact: list[str],  # noqa: ANN001
+def _text_ranking(index: FullTextView, query, *, memories: bool, allow, exact: list[str],  # noqa: ANN001
                   depth: int) -> Ranking:
     """One full-text ranking (best first; tantivy breaks score ties by insertion order, as SLayer's
     fresh index does) fetched ``depth`` deep. When deeper hits were left out, the second element
