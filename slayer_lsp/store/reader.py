@@ -658,7 +658,7 @@ def _rows(conn: sqlite3.Connection, table: str, keys: tuple[str, ...], column: s
            f"length(CAST({column} AS BLOB)), "
            f"CASE WHEN typeof({column}) = 'text' AND length(CAST({column} AS BLOB)) <= {MAX_DOCUMENT_BYTES} "
            f"THEN {column} END FROM {table} WHERE {where} ORDER BY {', '.join(keys)}")
-    out = []
+    out: list[_Row] = []
     width = 2 * len(keys)
     single = len(keys) == 1
     for n, row in enumerate(conn.execute(sql), 1):
