@@ -26,7 +26,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import yaml
@@ -44,9 +44,9 @@ except AttributeError:  # pragma: no cover
 DocValue = d.Model | d.Datasource | d.Memory | tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class DocKey:
-    """Identity of a stored document: ``("model", "ds.name")``, ``("memory", id)``, ..."""
+class DocKey(NamedTuple):
+    """Identity of a stored document: ``("model", "ds.name")``, ``("memory", id)``, ... A tuple,
+    so hashing and comparing one (a few hundred thousand times per read of a large store) is C."""
 
     kind: str  # "datasource" | "model" | "memory" | "priority"
     name: str
