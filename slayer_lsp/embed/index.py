@@ -71,6 +71,7 @@ class VectorIndex:
         self._version = 0  # bumped whenever a row is added or removed (row positions of ids change)
         self._allow_rows: OrderedDict[frozenset[str], tuple[int, np.ndarray]] = OrderedDict()
         self._parts: dict[str, set[str]] = {}  # owner -> its part ids held (ids "<owner>#<part>")
+        self._by_hash: dict[str, str] = {}  # content hash -> one id holding it (checked when read)
         self._reach_rows: tuple[int, np.ndarray] | None = None  # (version, rows) of the restriction
 
     # ------------------------------------------------------------------ inspection
@@ -111,6 +112,21 @@ class VectorIndex:
         with self._lock:
             pos = self._pos.get(canonical_id)
             return None if pos is None or self._mat is None else self._mat[pos].copy()
+
+    def vector_with_hash(self, content_hash: str) -> np.ndarray | None:
+        """The vector of some row embedded from the text of ``content_hash`` (a copy), if any: the
+        same text under the same model is the same vector, so it need not be embedded again."""
+        if not content_hash:
+            return None
+        with self._lock:
+            cid = self._by_hash.get(content_hash)
+            if cid is None:
+                return None
+            pos = self._pos.get(cid)
+            if pos is None or self._hashes[pos] != content_hash or self._mat is None:
+                del self._by_hash[content_hash]  # that row changed or left since
+                return None
+            return self._mat[pos].copy()
 
     def parts_of(self, owner: str) -> list[str]:
         """The part ids (``<owner>#<part>``) held for ``owner``, sorted."""
@@ -240,7 +256,10 @@ class VectorIndex:
                         self._parts.setdefault(cid.rpartition("#")[0], set()).add(cid)
                 self._mat[pos] = unit[i]
                 self._codes[pos] = self._code(kinds[i])
-                self._hashes[pos] = hashes[i] if hashes is not None else ""
+                digest = hashes[i] if hashes is not None else ""
+                self._hashes[pos] = digest
+                if digest:
+                    self._by_hash[digest] = cid
             return warnings
 
     def remove(self, canonical_id: str) -> bool:
@@ -249,6 +268,8 @@ class VectorIndex:
             pos = self._pos.pop(canonical_id, None)
             if pos is None:
                 return False
+            if self._by_hash.get(self._hashes[pos]) == canonical_id:
+                del self._by_hash[self._hashes[pos]]
             if "#" in canonical_id:
                 owner = canonical_id.rpartition("#")[0]
                 held = self._parts.get(owner)
