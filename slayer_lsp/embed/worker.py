@@ -103,7 +103,8 @@ class EmbeddingWorker:
         if parts is not None:
             self.parts = Lane("parts", parts.store, provider, config.parts, self._cond, items=parts.items,
                               switch=True)
-            self.parts.reuse_from = (self.entities.index,)  # a part whose text is its owner's takes its vector
+            # a part whose text an entity has (a memory's meaning is its text) takes that vector
+            self.parts.reuse_from = (self.entities.index,)
         self._stop = False
         self._query_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._thread: threading.Thread | None = None
