@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
 from slayer_lsp.catalog import Catalog, Delta
@@ -26,7 +26,7 @@ from slayer_lsp.store.reader import StoreReader
 
 if TYPE_CHECKING:  # imported where used: the engine starts before search and embedding load
     from slayer_lsp.embed.providers import EmbeddingProvider
-    from slayer_lsp.embed.worker import EmbeddingWorker
+    from slayer_lsp.embed.worker import EmbeddingWorker, PartVectors, WorkerConfig
     from slayer_lsp.search.indexes import SearchIndexes
     from slayer_lsp.search.types import SearchResponse
 
@@ -58,13 +58,15 @@ class Engine:
     def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None, *,
                  graph: bool = True, compact_after_s: float | None = None, use_cache: bool = True,
                  dense: str = "off", embedding_model: str | None = None, switch_model: bool = False,
-                 embedding_provider: EmbeddingProvider | None = None, parts: bool = True, scope: Scope | None = None):
+                 embedding_provider: EmbeddingProvider | None = None, parts: bool = True, scope: Scope | None = None,
+                 embed_config: WorkerConfig | None = None):
         """``dense``: "off"; "stored" (rank the vectors already in the store's embeddings table, embed
         nothing but questions: the one-shot CLI); "live" (also embed what is missing or changes, in a
         background worker: the daemon). ``parts``: with the dense channel, also keep the part vectors
         (facets, ``embed.parts``) in a second worker, ranked by ``search.facet_ranking``. ``scope``: what the
         session may reach (``reach.scope``); every index and analysis then sees only the reachable
-        catalog, and the vectors of anything else are never ranked."""
+        catalog, and the vectors of anything else are never ranked. ``embed_config``: how the
+        worker runs (default: in the background, a step behind search)."""
         self.scope = scope or Scope()
         self._reach = None if self.scope.unrestricted else Reach(self.scope)
         self.location = storage if isinstance(storage, StoreLocation) else locate(storage)
@@ -77,6 +79,7 @@ class Engine:
         self._embedding_provider = embedding_provider  # tests inject a fake; else the configured model
         self._switch_model = switch_model
         self._parts = parts
+        self._embed_config = embed_config
         self.dense: EmbeddingWorker | None = None  # channel 3, when on
         self._dense_proxy: _InStore | None = None  # how the indexes see it under a scope
         self._reach_s = 0.0  # the last refresh's time deriving the reachable catalog
@@ -256,49 +259,48 @@ class Engine:
         if self._dense_mode == "off":
             return None
         try:
+            from slayer_lsp.embed.priority import RankedItems
             from slayer_lsp.embed.providers import configured_model_name, provider_for
             from slayer_lsp.embed.store import VectorStore
-            from slayer_lsp.embed.worker import EmbeddingWorker
-            from slayer_lsp.texts.statements import CatalogItems
+            from slayer_lsp.embed.worker import EmbeddingWorker, WorkerConfig
 
             provider = self._embedding_provider or provider_for(
                 self._embedding_model or configured_model_name(dict(os.environ)))
             if self._dense_mode == "stored" and not VectorStore.for_store(self.location).count(provider.name):
                 log.info("dense channel off: no stored vectors of %s in this store", provider.name)
                 return None
-            items = (lambda: CatalogItems(catalog)) if self._dense_mode == "live" else None
-            parts = self._part_worker(catalog, provider) if self._parts else None
+            items = (lambda: RankedItems(catalog)) if self._dense_mode == "live" else None
+            parts = self._part_vectors(catalog, provider) if self._parts else None
+            config = self._embed_config or WorkerConfig()
+            if self._reach is not None:  # a scoped session backfills only what it reaches: pruning
+                config = replace(config, parts=replace(config.parts, prune=False))  # would drop the others' parts
             worker = EmbeddingWorker(self.location, provider, items=items, switch_model=self._switch_model,
-                                     parts=parts)
+                                     parts=parts, config=config)
             if self._dense_mode == "stored":
                 worker.wait_idle(timeout=60)  # the stored vectors, loaded once
-                if parts is not None:
-                    parts.wait_idle(timeout=60)
+                if worker.parts is not None:
+                    worker.parts.wait_idle(timeout=60)
             return worker
         except Exception as exc:  # noqa: BLE001 - an optional channel never takes search down
             log.warning("dense channel unavailable: %s", exc)
             return None
 
-    def _part_worker(self, catalog: Catalog, provider: EmbeddingProvider) -> EmbeddingWorker | None:
-        """The part vectors' worker, started by the dense worker (our own table in the cache
-        directory; in memory only without a cache). "stored" mode only loads what is there."""
+    def _part_vectors(self, catalog: Catalog, provider: EmbeddingProvider) -> PartVectors | None:
+        """Where the worker keeps the part vectors (our own table in the cache directory; in memory
+        only without a cache). "stored" mode only loads what is there."""
         from slayer_lsp.embed.parts import part_store
+        from slayer_lsp.embed.priority import RankedParts
         from slayer_lsp.embed.store import MemoryStore
-        from slayer_lsp.embed.worker import EmbeddingWorker
-        from slayer_lsp.texts.parts import SEPARATORS, PartItems
+        from slayer_lsp.embed.worker import PartVectors
 
         store = part_store(self.location) if self._use_cache else MemoryStore()
         if self._dense_mode == "stored" and not store.count(provider.name):
             return None
 
-        def items() -> PartItems:  # the newest snapshot when a model switch backfills again
-            return PartItems(self._state.catalog if self._state is not None else catalog)
+        def items() -> RankedParts:  # the newest snapshot when a model switch backfills again
+            return RankedParts(self._state.catalog if self._state is not None else catalog)
 
-        # a scoped session backfills only what it reaches: pruning would drop the others' part vectors
-        return EmbeddingWorker(self.location, provider, store=store, switch_model=True, kinds=None,
-                               separators=SEPARATORS, prune=self._reach is None, start=False,
-                               items=items if self._dense_mode == "live" else None,
-                               batch_size=128)  # the provider sorts a batch by length: less padding
+        return PartVectors(store, items if self._dense_mode == "live" else None)
 
     def close(self) -> None:
         """Record the caches so that the next start on this store resumes from here."""

@@ -95,11 +95,14 @@ def test_embed_status_and_dense_search(tmp_path):
     before = json.loads(run("status", "--storage", str(store), "--format", "json").stdout)
     assert before["embedding"] is None and before["counts"]["memory"] == 21
     from slayer_lsp.catalog import load_catalog
+    from slayer_lsp.texts.statements import CatalogItems
 
     n = len(load_catalog(store).searchable_ids())  # hidden models and columns are not embedded
+    distinct = len({item.text for item in CatalogItems(load_catalog(store))})  # identical texts: embedded once
     out = run("embed", "--storage", str(store))
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith(f"local/all-MiniLM-L6-v2-int8: {n} rows, {n} embedded now")
+    assert out.stdout.startswith(f"local/all-MiniLM-L6-v2-int8: {n} rows, {distinct} embedded now, "
+                                 f"{n - distinct} reused")
     status = json.loads(run("status", "--storage", str(store), "--format", "json").stdout)
     assert status["embedding"]["rows"] == n and status["embedding"]["dim"] == 384
     # a question that shares no word with the answer is found by meaning

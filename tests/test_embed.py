@@ -30,6 +30,7 @@ import pytest
 from slayer_lsp.catalog import load_catalog
 from slayer_lsp.embed import providers as prov
 from slayer_lsp.embed.index import VectorIndex
+from slayer_lsp.embed.lane import LaneConfig
 from slayer_lsp.embed.providers import (
     EmbeddingError,
     FakeProvider,
@@ -42,7 +43,7 @@ from slayer_lsp.embed.providers import (
     provider_for,
 )
 from slayer_lsp.embed.store import SLAYER_KINDS, NewVector, VectorStore, VectorStoreError, content_hash
-from slayer_lsp.embed.worker import EmbeddingWorker, default_worker
+from slayer_lsp.embed.worker import EmbeddingWorker, WorkerConfig, default_worker
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.locate import StoreLocation
 from slayer_lsp.texts.statements import (
@@ -93,9 +94,11 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def make_worker(store: Path, provider, **kw) -> EmbeddingWorker:
-    kw.setdefault("backoff", 0.001)
-    kw.setdefault("max_backoff", 0.01)
-    return EmbeddingWorker(store, provider, **kw)
+    """A worker with fast retries; lane knobs (``batch_size``, ``page``, ...) go to its config."""
+    lane = {name: kw.pop(name) for name in list(kw) if name in LaneConfig.__dataclass_fields__}
+    lane.setdefault("backoff", 0.001)
+    lane.setdefault("max_backoff", 0.01)
+    return EmbeddingWorker(store, provider, config=WorkerConfig(entities=LaneConfig(**lane)), **kw)
 
 
 def items(n: int, prefix: str = "ds.m.c", kind: str = "column") -> list[EmbedItem]:
@@ -703,7 +706,10 @@ def test_worker_embeds_the_catalog_and_skips_unchanged(store_path):
         assert w.wait_idle(30)
         st = w.status()
         n = len(CatalogItems(cat))
-        assert (st.rows, st.embedded, st.pending, st.failed, st.state) == (n, n, 0, 0, "idle")
+        distinct = len({item.text for item in CatalogItems(cat)})  # two datasources share a products model
+        assert distinct < n  # ...whose identical column texts are embedded once, the copies reused
+        assert (st.rows, st.embedded, st.reused, st.pending, st.failed, st.state) == \
+            (n, distinct, n - distinct, 0, 0, "idle")
         assert st.dim == 8 and st.model == "fake/hash-8"
         assert max(len(b) for b in fake.batches) <= w.batch_size
         # a changed text is embedded again, alone
@@ -817,7 +823,8 @@ def test_worker_switches_model_explicitly(yaml_store):
         w.switch_model(second)
         assert w.wait_idle(30)
         st = w.status()
-        assert (st.model, st.dim, st.rows, st.embedded) == ("fake/second", 12, n, 2 * n)
+        distinct = len({item.text for item in CatalogItems(cat)})  # identical texts are embedded once
+        assert (st.model, st.dim, st.rows, st.embedded) == ("fake/second", 12, n, 2 * distinct)
         assert w.index.model == "fake/second" and w.index.dim == 12
         assert w.store.model_counts() == {"fake/first": n, "fake/second": n}  # old rows stay, inert
         assert w.search("Name is city.", k=3).warnings == ()

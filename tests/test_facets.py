@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import yaml
 
+from slayer_lsp.embed.lane import LaneConfig
 from slayer_lsp.embed.parts import PARTS_TABLE, part_store
 from slayer_lsp.embed.providers import FakeProvider
 from slayer_lsp.embed.store import SLAYER_KINDS, NewVector, VectorStore
-from slayer_lsp.embed.worker import EmbeddingWorker
+from slayer_lsp.embed.worker import EmbeddingWorker, PartVectors, WorkerConfig
 from slayer_lsp.engine import Engine
 from slayer_lsp.search.facet_ranking import (
     SearchFacetsParams,
@@ -231,21 +232,25 @@ def _items(owner: str, kind: str, **texts: str) -> list[EmbedItem]:
     return [EmbedItem(part_id(owner, f), part_kind(kind, f), t) for f, t in texts.items()]
 
 
+# a worker whose one lane takes parts, as the part lane of a dense channel does
+PARTS_ALONE = WorkerConfig(entities=LaneConfig(kinds=None, separators=SEPARATORS, prune=True))
+
+
 def test_part_worker_sets_skips_and_removes(tmp_path):
     provider = FakeProvider(dim=8)
     pstore = VectorStore(tmp_path / "parts.db", create=True, table=PARTS_TABLE, kinds=None, separators=SEPARATORS)
-    worker = EmbeddingWorker(tmp_path, provider, store=pstore, kinds=None, separators=SEPARATORS, prune=True)
+    worker = EmbeddingWorker(tmp_path, provider, store=pstore, config=PARTS_ALONE)
     try:
-        worker.set_parts("ds.m.c", _items("ds.m.c", "column", meaning="amount", values="int values: 1, 2"))
-        worker.set_parts("ds.m", _items("ds.m", "model", meaning="orders", columns="amount"))
-        worker.set_parts("ds.m2", _items("ds.m2", "model", meaning="orders two"))
+        worker.entities.set_parts("ds.m.c", _items("ds.m.c", "column", meaning="amount", values="int values: 1, 2"))
+        worker.entities.set_parts("ds.m", _items("ds.m", "model", meaning="orders", columns="amount"))
+        worker.entities.set_parts("ds.m2", _items("ds.m2", "model", meaning="orders two"))
         assert worker.wait_idle(WAIT)
         assert sorted(worker.index.ids()) == ["ds.m#columns", "ds.m#meaning", "ds.m.c#meaning", "ds.m.c#values",
                                               "ds.m2#meaning"]
         calls = provider.calls
-        worker.set_parts("ds.m.c", _items("ds.m.c", "column", meaning="amount", values="int values: 1, 2"))
+        worker.entities.set_parts("ds.m.c", _items("ds.m.c", "column", meaning="amount", values="int values: 1, 2"))
         assert worker.wait_idle(WAIT) and provider.calls == calls  # unchanged texts: skipped by hash
-        worker.set_parts("ds.m.c", _items("ds.m.c", "column", meaning="amount paid"))  # lost its samples
+        worker.entities.set_parts("ds.m.c", _items("ds.m.c", "column", meaning="amount paid"))  # lost its samples
         assert worker.wait_idle(WAIT)
         assert worker.index.parts_of("ds.m.c") == ["ds.m.c#meaning"]
         assert sorted(pstore.get(provider.name, ["ds.m.c#meaning", "ds.m.c#values"])) == ["ds.m.c#meaning"]
@@ -254,7 +259,7 @@ def test_part_worker_sets_skips_and_removes(tmp_path):
         assert worker.index.ids() == ["ds.m2#meaning"]
         assert list(pstore.get(provider.name, ["ds.m#meaning", "ds.m#columns", "ds.m.c#meaning",
                                                "ds.m2#meaning"])) == ["ds.m2#meaning"]
-        st = worker.parts_status()
+        st = worker.entities.parts_status()
         assert st.rows == 1 and st.kinds == {"model#meaning": 1} and st.pending == 0 and st.failed == 0
     finally:
         worker.close()
@@ -265,7 +270,7 @@ def test_backfill_prunes_rows_of_entities_gone_while_stopped(tmp_path):
     pstore = VectorStore(tmp_path / "parts.db", create=True, table=PARTS_TABLE, kinds=None, separators=SEPARATORS)
     pstore.upsert(provider.name, [NewVector("gone.m#meaning", "model#meaning", "x", provider.vector("gone"))])
     items = _items("ds.m", "model", meaning="orders")
-    worker = EmbeddingWorker(tmp_path, provider, store=pstore, kinds=None, separators=SEPARATORS, prune=True,
+    worker = EmbeddingWorker(tmp_path, provider, store=pstore, config=PARTS_ALONE,
                              items=lambda: items)
     try:
         assert worker.wait_idle(WAIT)
@@ -555,8 +560,9 @@ def test_dense_ranking_says_what_is_still_waiting(tmp_path, yaml_catalog):
     from slayer_lsp.embed.store import MemoryStore
 
     provider = WordsProvider()
-    parts = EmbeddingWorker(tmp_path, provider, store=MemoryStore(), kinds=None, separators=SEPARATORS, start=False)
-    main = EmbeddingWorker(tmp_path, provider, store=MemoryStore(), start=False, parts=parts)
+    main = EmbeddingWorker(tmp_path, provider, store=MemoryStore(), start=False, parts=PartVectors(MemoryStore()))
+    parts = main.parts
+    assert parts is not None
     texts = {"jaffle.stores.city": "city", "jaffle.customers.city": "city. Home city"}
     parts.index.upsert_many([part_id(c, "meaning") for c in texts], ["column#meaning"] * 2,
                             np.stack([provider.vector(t) for t in texts.values()]))

@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rank the facet texts lexically (by default the stored part vectors are used "
                              "when `slayer-lsp embed` made them)")
 
-    embed = sub.add_parser("embed", help="embed what is missing or changed into the store's embeddings table")
+    embed = sub.add_parser("embed", help="embed what is missing or changed into the store's embeddings table "
+                                         "(Ctrl-C stops after the batch in flight; the next run resumes)")
     _storage_arg(embed)
     embed.add_argument("--switch-model", action="store_true",
                        help="embed with the configured model even though the table holds another model's vectors")
@@ -249,29 +250,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
-    import time
+    import os
 
-    engine = _engine(args.storage, dense="live", switch_model=args.switch_model)
-    worker = engine.dense
-    if worker is None:
-        return _fail("the embedding channel is unavailable (see the log above)")
-    last = 0.0
-    while not (worker.wait_idle(timeout=2.0) and (worker.parts is None or worker.parts.wait_idle(timeout=2.0))):
-        st = worker.status()
-        if time.monotonic() - last > 5:
-            print(f"embedding with {st.model}: {st.rows} embedded, {st.pending} pending, {st.failed} failed",
-                  file=sys.stderr)
-            last = time.monotonic()
-    st = worker.status()
-    engine.close()
-    print(f"{st.model}: {st.rows} rows, {st.embedded} embedded now, {st.reused} reused, {st.failed} failed"
-          + (f" (last error: {st.last_error})" if st.last_error else ""))
-    if st.parts is not None:
-        print(f"part vectors (facets): {st.parts.rows} rows, {st.parts.embedded} embedded now, "
-              f"{st.parts.reused} reused, {st.parts.failed} failed")
-    for w in st.warnings():
-        print(f"warning: {w}", file=sys.stderr)
-    return 1 if st.failed or st.state == "blocked" else 0
+    from slayer_lsp.cli.embed_command import INTERRUPTED, run_embed
+    from slayer_lsp.embed.providers import configured_model_name, provider_for
+    from slayer_lsp.embed.worker import WorkerConfig
+
+    try:
+        # a foreground job: every core, and no stepping back for searches that are not there
+        provider = provider_for(configured_model_name(dict(os.environ)), threads=None)
+        engine = _engine(args.storage, dense="live", switch_model=args.switch_model, embedding_provider=provider,
+                         embed_config=WorkerConfig(nice=0))
+    except ValueError as exc:  # an unknown local model name
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    return run_embed(engine)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -243,6 +243,7 @@ class VectorIndex:
         self._mat = np.zeros((cap, dim), dtype=np.float32) if dim else None
         self.rejected = 0  # vectors refused for their width (or NaN) since the last clear
         self._parts: dict[str, set[str]] = {}  # owner -> its part ids held (ids "<owner>#<part>")
+        self._by_hash: dict[str, str] = {}  # content hash -> one id holding it (checked when read)
         self._changed: set[str] = set()  # ids added, replaced or removed since the last view
         self._view = self._make_view()
 
@@ -303,6 +304,21 @@ class VectorIndex:
         with self._lock:
             pos = self._pos.get(canonical_id)
             return None if pos is None or self._mat is None else self._mat[pos].copy()
+
+    def vector_with_hash(self, content_hash: str) -> np.ndarray | None:
+        """The vector of some row embedded from the text of ``content_hash`` (a copy), if any: the
+        same text under the same model is the same vector, so it need not be embedded again."""
+        if not content_hash:
+            return None
+        with self._lock:
+            cid = self._by_hash.get(content_hash)
+            if cid is None:
+                return None
+            pos = self._pos.get(cid)
+            if pos is None or self._hashes[pos] != content_hash or self._mat is None:
+                del self._by_hash[content_hash]  # that row changed or left since
+                return None
+            return self._mat[pos].copy()
 
     def parts_of(self, owner: str) -> list[str]:
         """The part ids (``<owner>#<part>``) held for ``owner``, sorted."""
@@ -433,6 +449,8 @@ class VectorIndex:
                 self._hashes.append(hashes[i] if hashes is not None else "")
                 self._mat[pos] = unit[i]
                 self._codes[pos] = self._code(kinds[i])
+                if hashes is not None and hashes[i]:
+                    self._by_hash[hashes[i]] = cid
                 self._changed.add(cid)
             self._compact()
             self._publish()

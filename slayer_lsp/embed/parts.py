@@ -2,9 +2,9 @@
 
 What a part is, and its id and kind, is ``texts/parts.py``.
 
-Part vectors are embedded by a second ``EmbeddingWorker`` (``EmbeddingWorker.parts`` of the dense
-channel's worker) that shares the provider, and stored in a table of our own, ``part_vectors`` of
-``parts.db`` in the store's slayer-lsp cache directory, never in SLayer's ``embeddings`` table:
+Part vectors are embedded by the dense channel's worker in a lane of their own
+(``EmbeddingWorker.parts``, after every entity), and stored in a table of our own, ``part_vectors``
+of ``parts.db`` in the store's slayer-lsp cache directory, never in SLayer's ``embeddings`` table:
 
 * SLayer loads every row of its model from ``embeddings`` on every search and validates each with
   Pydantic; parts would triple that work for rows it then drops (its live-corpus filter);
@@ -32,7 +32,7 @@ PARTS_TABLE = "part_vectors"
 
 
 def feed_parts(worker: Any, catalog: Catalog, delta: Delta) -> None:
-    """Bring the part worker in step with a catalog change: each touched entity gets its current
+    """Bring the part lane in step with a catalog change: each touched entity gets its current
     set of parts (unchanged texts are skipped by hash, parts it no longer has are dropped); a
     removed entity's parts leave the index and the table, a hidden one's the index only."""
     gone: dict[str, bool] = {}  # removed roots -> whether from the table too
