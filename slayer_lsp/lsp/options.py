@@ -59,7 +59,7 @@ class EmbeddingOptions:
 
 @dataclass(frozen=True)
 class ScopeOptions:
-    """The session's scope (``catalog.scope``): what lies outside it is unreachable for every feature
+    """The session's scope (``reach.scope``): what lies outside it is unreachable for every feature
     (search, hover, completion, navigation, inspect, status, diagnostics). ``datasources`` empty:
     every datasource. ``access_tags``: the caller's SLayer tags; empty means no access restriction
     unless ``untagged_only`` says the caller holds no tag (then only untagged models are reachable)."""
@@ -68,7 +68,7 @@ class ScopeOptions:
     access_tags: tuple[str, ...] = ()
     untagged_only: bool = False
 
-    def to_scope(self):  # -> catalog.scope.Scope
+    def to_scope(self):  # -> reach.scope.Scope
         from slayer_lsp.reach.scope import Scope
 
         return Scope.of(self.datasources, self.access_tags, untagged_only=self.untagged_only)

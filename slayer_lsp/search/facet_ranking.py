@@ -1,6 +1,6 @@
 """Facet rankings: rank entities by one facet, or by several facets at once by their weakest.
 
-A facet (declared per kind in ``embed.facets``) is one part of an entity, embedded and indexed on
+A facet (declared per kind in ``texts.facets``) is one part of an entity, embedded and indexed on
 its own, so a query about a column's values is not diluted by its description. ``rank_by_facet``
 ranks one facet (the ``facet`` parameter of ``slayer/search``); ``search_facets`` (the
 ``slayer/searchFacets`` request) takes a query per facet and ranks the entities of one kind that
