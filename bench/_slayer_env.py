@@ -46,8 +46,16 @@ DEFAULT_VENV = WORK / "slayer-venv"
 # SLayer phones home, writes ~/.config and lets litellm fetch a cost map unless told otherwise.
 HYGIENE = {"SLAYER_USAGE_REPORTING": "off", "DO_NOT_TRACK": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 # Variables that would leak the project's interpreter or the user's real store into the oracle.
-_SCRUBBED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
-             "SLAYER_STORAGE", "SLAYER_MODELS_DIR")
+_SCRUBBED = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+    "SLAYER_STORAGE",
+    "SLAYER_MODELS_DIR",
+)
 
 _checked: dict[Path, Path] = {}
 
@@ -84,9 +92,13 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def add_venv_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--slayer-venv", metavar="PATH", default=None,
-                        help=f"venv holding {SLAYER_REQUIREMENT} (default: ${VENV_ENV_VAR}, "
-                             f"else {DEFAULT_VENV.relative_to(REPO)}, created when missing)")
+    parser.add_argument(
+        "--slayer-venv",
+        metavar="PATH",
+        default=None,
+        help=f"venv holding {SLAYER_REQUIREMENT} (default: ${VENV_ENV_VAR}, "
+        f"else {DEFAULT_VENV.relative_to(REPO)}, created when missing)",
+    )
 
 
 def _venv_python(venv: Path) -> Path:
@@ -104,13 +116,27 @@ def _create_default_venv(venv: Path) -> None:
     with _locked(work_dir() / ".slayer-venv.lock"):
         if ready.exists():
             return
-        print(f"[slayer-env] creating {venv} with {SLAYER_REQUIREMENT} (one-off, a few minutes)", file=sys.stderr)
+        print(
+            f"[slayer-env] creating {venv} with {SLAYER_REQUIREMENT} (one-off, a few minutes)",
+            file=sys.stderr,
+        )
         if not _venv_python(venv).exists():
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         # An unfinished earlier attempt is simply resumed: pip install is idempotent.
         env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
-        subprocess.run([str(_venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check",
-                        SLAYER_REQUIREMENT], check=True, env=env, stdout=sys.stderr)
+        subprocess.run(
+            [
+                str(_venv_python(venv)),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                SLAYER_REQUIREMENT,
+            ],
+            check=True,
+            env=env,
+            stdout=sys.stderr,
+        )
         ready.write_text(SLAYER_REQUIREMENT + "\n")
 
 
@@ -128,16 +154,24 @@ def slayer_python(args_venv: str | None = None) -> Path:
         _create_default_venv(venv)
     python = _venv_python(venv)
     if not python.exists():
-        raise SlayerEnvError(f"no Python in {venv}; create it with `python -m venv {venv} && "
-                             f"{venv}/bin/pip install '{SLAYER_REQUIREMENT}'`")
+        raise SlayerEnvError(
+            f"no Python in {venv}; create it with `python -m venv {venv} && "
+            f"{venv}/bin/pip install '{SLAYER_REQUIREMENT}'`"
+        )
     probe = subprocess.run(
         [str(python), "-c", "import importlib.metadata as m; print(m.version('motley-slayer'))"],
-        capture_output=True, text=True, env=slayer_env(None))
+        capture_output=True,
+        text=True,
+        env=slayer_env(None),
+    )
     if probe.returncode != 0:
         raise SlayerEnvError(f"motley-slayer is not installed in {venv}: {probe.stderr.strip()[-300:]}")
     if probe.stdout.strip() != SLAYER_VERSION:
-        print(f"[slayer-env] warning: {venv} has motley-slayer {probe.stdout.strip()}, the benchmarks "
-              f"were written against {SLAYER_VERSION}", file=sys.stderr)
+        print(
+            f"[slayer-env] warning: {venv} has motley-slayer {probe.stdout.strip()}, the benchmarks "
+            f"were written against {SLAYER_VERSION}",
+            file=sys.stderr,
+        )
     _checked[venv] = python
     return python
 
@@ -153,8 +187,13 @@ def slayer_env(home: str | os.PathLike[str] | None, extra: Mapping[str, str] | N
     return env
 
 
-def run_in_slayer(code_or_script: str | os.PathLike[str], *args: object, env: Mapping[str, str] | None = None,
-                  venv: str | None = None, timeout: float | None = None) -> Any:
+def run_in_slayer(
+    code_or_script: str | os.PathLike[str],
+    *args: object,
+    env: Mapping[str, str] | None = None,
+    venv: str | None = None,
+    timeout: float | None = None,
+) -> Any:
     """Run Python code (a string) or a script (a ``Path`` or an existing ``*.py`` path) in the SLayer
     venv with ``args`` as its argv, in a throwaway ``HOME``; return its stdout parsed as JSON.
 
@@ -163,8 +202,9 @@ def run_in_slayer(code_or_script: str | os.PathLike[str], *args: object, env: Ma
     when the process fails or prints no JSON."""
     python = slayer_python(venv)
     target = os.fspath(code_or_script)
-    is_script = isinstance(code_or_script, os.PathLike) or (target.endswith(".py") and "\n" not in target
-                                                              and Path(target).is_file())
+    is_script = isinstance(code_or_script, os.PathLike) or (
+        target.endswith(".py") and "\n" not in target and Path(target).is_file()
+    )
     cmd = [str(python), target] if is_script else [str(python), "-c", target]
     cmd += [str(a) for a in args]
     with tempfile.TemporaryDirectory(prefix="slayer-home-") as home:
@@ -182,15 +222,23 @@ def _parse_json(stdout: str, stderr: str) -> Any:
         if lines:
             with contextlib.suppress(json.JSONDecodeError):
                 return json.loads(lines[-1])
-    raise SlayerEnvError(f"SLayer run printed no JSON; stdout tail: {stdout[-500:]!r}; "
-                         f"stderr tail: {stderr[-1000:]!r}")
+    raise SlayerEnvError(
+        f"SLayer run printed no JSON; stdout tail: {stdout[-500:]!r}; stderr tail: {stderr[-1000:]!r}"
+    )
 
 
 # --------------------------------------------------------------------------- generated stores
 
 
-def generated_store(models: int, memories: int, backend: str, *, columns: int | None = None,
-                    datasources: int | None = None, venv: str | None = None) -> Path:
+def generated_store(
+    models: int,
+    memories: int,
+    backend: str,
+    *,
+    columns: int | None = None,
+    datasources: int | None = None,
+    venv: str | None = None,
+) -> Path:
     """A synthetic store written by SLayer itself (``shared/tools/gen_slayer_storage.py``).
 
     Built once per size and backend under ``bench/.work/gen-<models>-<memories>/`` (with
@@ -213,20 +261,42 @@ def generated_store(models: int, memories: int, backend: str, *, columns: int | 
                 if json.loads(marker.read_text()).get("generator") == digest:
                     return target
         marker.unlink(missing_ok=True)
-        print(f"[slayer-env] generating {backend} store {models} models x {memories} memories "
-              f"in {out} ...", file=sys.stderr)
+        print(
+            f"[slayer-env] generating {backend} store {models} models x {memories} memories in {out} ...",
+            file=sys.stderr,
+        )
         t0 = time.perf_counter()
         extra: list[object] = []
         if columns is not None:
             extra += ["--columns", columns]
         if datasources is not None:
             extra += ["--datasources", datasources]
-        report = run_in_slayer(Path(GENERATOR), out, "--models", models, "--memories", memories,
-                               "--backend", backend, *extra, venv=venv)
+        report = run_in_slayer(
+            Path(GENERATOR),
+            out,
+            "--models",
+            models,
+            "--memories",
+            memories,
+            "--backend",
+            backend,
+            *extra,
+            venv=venv,
+        )
         seconds = time.perf_counter() - t0
-        marker.write_text(json.dumps({"generator": digest, "models": models, "memories": memories,
-                                      "backend": backend, "seconds": round(seconds, 1), "report": report},
-                                     indent=2))
+        marker.write_text(
+            json.dumps(
+                {
+                    "generator": digest,
+                    "models": models,
+                    "memories": memories,
+                    "backend": backend,
+                    "seconds": round(seconds, 1),
+                    "report": report,
+                },
+                indent=2,
+            )
+        )
         print(f"[slayer-env] generated in {seconds:.1f} s", file=sys.stderr)
     return target
 
@@ -269,9 +339,15 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def print_table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, title: str | None = None,
-                ratio: tuple[int, int] | None = None, ratio_header: str = "ratio",
-                file: TextIO | None = None) -> None:
+def print_table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    title: str | None = None,
+    ratio: tuple[int, int] | None = None,
+    ratio_header: str = "ratio",
+    file: TextIO | None = None,
+) -> None:
     """Print an aligned plain-text (Markdown-compatible) table.
 
     Float cells are durations in seconds and print via ``fmt_seconds``; pass strings for anything
@@ -293,8 +369,14 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, tit
     print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |", file=out)
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|", file=out)
     for r in body:
-        print("| " + " | ".join((c.rjust(w) if i else c.ljust(w)) for i, (c, w) in enumerate(
-            zip(r, widths, strict=False))) + " |", file=out)
+        print(
+            "| "
+            + " | ".join(
+                (c.rjust(w) if i else c.ljust(w)) for i, (c, w) in enumerate(zip(r, widths, strict=False))
+            )
+            + " |",
+            file=out,
+        )
     out.flush()
 
 
@@ -315,7 +397,7 @@ def copy_store(store: Path, dest: Path) -> Path:
 # --------------------------------------------------------------------------- SLayer writing beside us
 
 # One op per stdin line, one answer per stdout line ({"ok": ..., "s": seconds} or {"error": ...}).
-_WRITER_PROGRAM = r'''
+_WRITER_PROGRAM = r"""
 import asyncio, json, sys, time
 from slayer.core.models import Column
 from slayer.memories.service import MemoryService
@@ -362,7 +444,7 @@ async def main():
 
 
 asyncio.run(main())
-'''
+"""
 
 
 class SlayerWriter:
@@ -375,9 +457,14 @@ class SlayerWriter:
     def __init__(self, store: Path, *, venv: str | None = None, log_path: Path | None = None) -> None:
         self._home = tempfile.mkdtemp(prefix="slayer-home-")
         self._log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([str(slayer_python(venv)), "-c", _WRITER_PROGRAM, os.fspath(store)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     env=slayer_env(self._home))
+        self.proc = subprocess.Popen(
+            [str(slayer_python(venv)), "-c", _WRITER_PROGRAM, os.fspath(store)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env=slayer_env(self._home),
+        )
         self._answer()  # "ready": SLayer is imported
 
     def _answer(self) -> Any:

@@ -27,13 +27,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _slayer_env as env  # noqa: E402
 
-WORDS = ("order customer store product supply revenue amount price quantity date city country region "
-         "status payment method discount tax shipping return category brand channel campaign region "
-         "account balance invoice item sku warehouse stock supplier cost margin profit").split()
+WORDS = (
+    "order customer store product supply revenue amount price quantity date city country region "
+    "status payment method discount tax shipping return category brand channel campaign region "
+    "account balance invoice item sku warehouse stock supplier cost margin profit"
+).split()
 TYPES = ("INT", "TEXT", "DOUBLE", "DATE", "TIMESTAMP", "BOOLEAN")
-QUESTIONS = ("How many orders did each store take last month?", "total revenue by product category",
-             "which customers live in Lyon", "average discount per payment method", "top suppliers by cost",
-             "orders shipped late in 2024", "profit margin by region and quarter", "stock left per warehouse")
+QUESTIONS = (
+    "How many orders did each store take last month?",
+    "total revenue by product category",
+    "which customers live in Lyon",
+    "average discount per payment method",
+    "top suppliers by cost",
+    "orders shipped late in 2024",
+    "profit margin by region and quarter",
+    "stock left per warehouse",
+)
 
 
 def column_texts(n: int, seed: int = 1) -> list[str]:
@@ -49,8 +58,16 @@ def column_texts(n: int, seed: int = 1) -> list[str]:
         name = "_".join(rng.sample(WORDS, rng.randint(1, 3)))
         desc = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 30))).capitalize() + "."
         samples = [" ".join(rng.sample(WORDS, rng.randint(1, 2))) for _ in range(rng.randint(0, 12))]
-        col = msgspec.convert({"name": name, "type": rng.choice(TYPES), "description": desc,
-                               "label": name.replace("_", " ").title(), "sampled_values": samples or None}, d.Column)
+        col = msgspec.convert(
+            {
+                "name": name,
+                "type": rng.choice(TYPES),
+                "description": desc,
+                "label": name.replace("_", " ").title(),
+                "sampled_values": samples or None,
+            },
+            d.Column,
+        )
         model = msgspec.convert({"name": f"model_{i // 20}"}, d.Model)
         out.append(entity_text(col, model=model))
     return out
@@ -65,6 +82,7 @@ def bench_model(n_texts: int, n_queries: int, threads: int | None) -> None:
     t0 = time.perf_counter()
     import onnxruntime  # noqa: F401
     import tokenizers  # noqa: F401
+
     t_import = time.perf_counter() - t0
 
     from slayer_lsp.embed import providers as prov
@@ -77,10 +95,15 @@ def bench_model(n_texts: int, n_queries: int, threads: int | None) -> None:
     model.load()
     model.embed(["warm up"])
     t_load = time.perf_counter() - t2
-    env.print_table(["step", "time"], [("import onnxruntime + tokenizers", t_import),
-                                       ("sha256 of model.onnx (22.9 MB)", t_sha),
-                                       ("verify + load + first vector", t_load)],
-                    title="cold start of local/all-MiniLM-L6-v2-int8")
+    env.print_table(
+        ["step", "time"],
+        [
+            ("import onnxruntime + tokenizers", t_import),
+            ("sha256 of model.onnx (22.9 MB)", t_sha),
+            ("verify + load + first vector", t_load),
+        ],
+        title="cold start of local/all-MiniLM-L6-v2-int8",
+    )
 
     texts = column_texts(n_texts)
     rt = model._runtime()
@@ -89,10 +112,20 @@ def bench_model(n_texts: int, n_queries: int, threads: int | None) -> None:
     vectors = model.embed(texts)
     t_embed = time.perf_counter() - t3
     assert vectors.shape == (len(texts), model.dim)
-    env.print_table(["texts", "mean word pieces", "max", "time", "texts/s", "word pieces/s"],
-                    [(str(len(texts)), f"{statistics.mean(pieces):.0f}", str(max(pieces)), t_embed,
-                      f"{len(texts) / t_embed:.0f}", f"{sum(pieces) / t_embed:.0f}")],
-                    title="document throughput (generated column texts, one embed() call)")
+    env.print_table(
+        ["texts", "mean word pieces", "max", "time", "texts/s", "word pieces/s"],
+        [
+            (
+                str(len(texts)),
+                f"{statistics.mean(pieces):.0f}",
+                str(max(pieces)),
+                t_embed,
+                f"{len(texts) / t_embed:.0f}",
+                f"{sum(pieces) / t_embed:.0f}",
+            )
+        ],
+        title="document throughput (generated column texts, one embed() call)",
+    )
 
     rng = random.Random(2)
     questions = [f"{rng.choice(QUESTIONS)} {i}" for i in range(n_queries)]
@@ -101,10 +134,11 @@ def bench_model(n_texts: int, n_queries: int, threads: int | None) -> None:
         t = time.perf_counter()
         model.embed([q])
         lat.append(time.perf_counter() - t)
-    env.print_table(["queries", "p50", "p95", "queries/s"],
-                    [(str(n_queries), statistics.median(lat), percentile(lat, 0.95),
-                      f"{n_queries / sum(lat):.0f}")],
-                    title="query embedding latency (one question per call, no cache)")
+    env.print_table(
+        ["queries", "p50", "p95", "queries/s"],
+        [(str(n_queries), statistics.median(lat), percentile(lat, 0.95), f"{n_queries / sum(lat):.0f}")],
+        title="query embedding latency (one question per call, no cache)",
+    )
 
 
 def bench_topk(n: int, dim: int = 384, k: int = 10, repeat: int = 30) -> None:
@@ -120,7 +154,7 @@ def bench_topk(n: int, dim: int = 384, k: int = 10, repeat: int = 30) -> None:
     t0 = time.perf_counter()
     for start in range(0, n, 5000):
         block = rng.standard_normal((min(5000, n - start), dim)).astype(np.float32)
-        index.upsert_many(ids[start:start + len(block)], kinds[start:start + len(block)], block)
+        index.upsert_many(ids[start : start + len(block)], kinds[start : start + len(block)], block)
     t_build = time.perf_counter() - t0
     scanned = index.nbytes
 
@@ -175,16 +209,26 @@ def bench_topk(n: int, dim: int = 384, k: int = 10, repeat: int = 30) -> None:
         (f"numpy sum of {big_mb:.0f} MB (read)", min(sums), f"{sum_gbs:.1f} GB/s", "-"),
         ("bare matrix @ q", t_matvec, gbs(t_matvec), share(t_matvec)),
         (f"top_k k={k} per kind, no restriction", t_all, gbs(t_all), share(t_all)),
-        (f"top_k, allow = {len(allow_small):,} ids (rows gathered)", t_small, gbs(t_small, scanned // 10),
-         share(t_small, scanned // 10)),
+        (
+            f"top_k, allow = {len(allow_small):,} ids (rows gathered)",
+            t_small,
+            gbs(t_small, scanned // 10),
+            share(t_small, scanned // 10),
+        ),
         (f"top_k, allow = {len(allow_big):,} ids (full scan)", t_big, gbs(t_big), share(t_big)),
         ("  the same allow as a frozenset (rows cached)", t_frozen, gbs(t_frozen), share(t_frozen)),
-        ("top_k, kinds = [measure] (1/6 of rows gathered)", t_kind, gbs(t_kind, scanned // 6),
-         share(t_kind, scanned // 6)),
+        (
+            "top_k, kinds = [measure] (1/6 of rows gathered)",
+            t_kind,
+            gbs(t_kind, scanned // 6),
+            share(t_kind, scanned // 6),
+        ),
     ]
-    env.print_table(["operation", "p50", "bytes scanned/s", "of bandwidth"], rows,
-                    title=f"top-k over {n:,} x {dim} float32 vectors ({scanned / 1e6:.0f} MB; built in "
-                          f"{t_build:.2f} s)")
+    env.print_table(
+        ["operation", "p50", "bytes scanned/s", "of bandwidth"],
+        rows,
+        title=f"top-k over {n:,} x {dim} float32 vectors ({scanned / 1e6:.0f} MB; built in {t_build:.2f} s)",
+    )
 
 
 def bench_table(n_rows: int, dim: int = 384) -> None:
@@ -195,21 +239,29 @@ def bench_table(n_rows: int, dim: int = 384) -> None:
     rng = np.random.default_rng(3)
     with tempfile.TemporaryDirectory(prefix="embed-bench-") as tmp:
         store = VectorStore(Path(tmp) / "embeddings.db", create=True)
-        rows = [NewVector(f"ds.m{i // 50}.c{i}", "column", f"{i:064x}", rng.standard_normal(dim).astype(np.float32))
-                for i in range(n_rows)]
+        rows = [
+            NewVector(
+                f"ds.m{i // 50}.c{i}", "column", f"{i:064x}", rng.standard_normal(dim).astype(np.float32)
+            )
+            for i in range(n_rows)
+        ]
         t0 = time.perf_counter()
         for start in range(0, n_rows, 500):
-            store.upsert("bench/model", rows[start:start + 500])
+            store.upsert("bench/model", rows[start : start + 500])
         t_write = time.perf_counter() - t0
         size = (Path(tmp) / "embeddings.db").stat().st_size
         t1 = time.perf_counter()
         loaded = sum(len(p.ids) for p in store.iter_pages("bench/model", page=2000))
         t_read = time.perf_counter() - t1
         assert loaded == n_rows
-        env.print_table(["operation", "rows", "time", "rows/s"],
-                        [("upsert, 500 rows a transaction", f"{n_rows:,}", t_write, f"{n_rows / t_write:,.0f}"),
-                         ("page back (2,000 a page) as matrices", f"{n_rows:,}", t_read, f"{n_rows / t_read:,.0f}")],
-                        title=f"SLayer's embeddings table ({dim}-d JSON rows, {size / n_rows / 1024:.1f} KiB a row)")
+        env.print_table(
+            ["operation", "rows", "time", "rows/s"],
+            [
+                ("upsert, 500 rows a transaction", f"{n_rows:,}", t_write, f"{n_rows / t_write:,.0f}"),
+                ("page back (2,000 a page) as matrices", f"{n_rows:,}", t_read, f"{n_rows / t_read:,.0f}"),
+            ],
+            title=f"SLayer's embeddings table ({dim}-d JSON rows, {size / n_rows / 1024:.1f} KiB a row)",
+        )
 
 
 def bench_three_channel(size: str, backend: str, repeat: int = 40) -> None:
@@ -220,31 +272,39 @@ def bench_three_channel(size: str, backend: str, repeat: int = 40) -> None:
 
     models, memories = (int(x) for x in size.split("x"))
     suffix = ".db" if backend == "sqlite" else ""
-    store = env.copy_store(env.generated_store(models, memories, backend), env.work_dir() / "scratch" /
-                           f"three-channel-{size}-{backend}{suffix}")
+    store = env.copy_store(
+        env.generated_store(models, memories, backend),
+        env.work_dir() / "scratch" / f"three-channel-{size}-{backend}{suffix}",
+    )
     t0 = time.perf_counter()
     engine = Engine(store, dense="live", use_cache=False)
     engine.refresh()
     engine.dense.wait_idle(timeout=None)
     st = engine.dense.status()
-    print(f"\n## three-channel search, {size} {backend}: {st.rows} vectors ready in "
-          f"{time.perf_counter() - t0:.1f} s ({st.embedded} embedded now, {st.reused} reused)")
+    print(
+        f"\n## three-channel search, {size} {backend}: {st.rows} vectors ready in "
+        f"{time.perf_counter() - t0:.1f} s ({st.embedded} embedded now, {st.reused} reused)"
+    )
     ids = [c for c in engine.catalog.searchable_ids() if c.count(".") == 2]
     rng = random.Random(7)
     timings: dict[str, list[float]] = {"question": [], "question+entities": [], "question+datasource": []}
     ds = sorted(engine.catalog.datasources)[0]
     for i in range(repeat):
         q = QUESTIONS[i % len(QUESTIONS)]
-        for variant, call in (("question", {"question": q}),
-                              ("question+entities", {"question": q, "entities": rng.sample(ids, 2)}),
-                              ("question+datasource", {"question": q, "datasource": ds})):
+        for variant, call in (
+            ("question", {"question": q}),
+            ("question+entities", {"question": q, "entities": rng.sample(ids, 2)}),
+            ("question+datasource", {"question": q, "datasource": ds}),
+        ):
             t = time.perf_counter()
             resp = engine.search(call)
             timings[variant].append(time.perf_counter() - t)
             assert resp.results
     for variant, values in timings.items():
-        print(f"| {variant:20} | p50 {statistics.median(values) * 1000:6.1f} ms | "
-              f"p99 {percentile(values, 0.99) * 1000:6.1f} ms |")
+        print(
+            f"| {variant:20} | p50 {statistics.median(values) * 1000:6.1f} ms | "
+            f"p99 {percentile(values, 0.99) * 1000:6.1f} ms |"
+        )
     print("target: p50 <= 15 ms at 1000x5000")
     engine.close()
 
@@ -255,11 +315,17 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--vectors", type=int, default=100_000)
     parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (default: its own)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="onnxruntime intra-op threads (default: its own)"
+    )
     parser.add_argument("--skip-model", action="store_true", help="only the index and table figures")
-    parser.add_argument("--three-channel", metavar="MODELSxMEMORIES", default=None,
-                        help="also time searches with all three channels on a generated store (e.g. 1000x5000; "
-                             "embeds its ~26k documents once, several minutes on 2 cores)")
+    parser.add_argument(
+        "--three-channel",
+        metavar="MODELSxMEMORIES",
+        default=None,
+        help="also time searches with all three channels on a generated store (e.g. 1000x5000; "
+        "embeds its ~26k documents once, several minutes on 2 cores)",
+    )
     parser.add_argument("--backend", choices=["yaml", "sqlite"], default="sqlite")
     args = parser.parse_args()
     if args.three_channel:

@@ -95,13 +95,15 @@ def _edit_memory(read: StoreRead, cat: Catalog, tag: str) -> StoreRead:
     doc = read.docs[key]
     memory: d.Memory = doc.value  # type: ignore[assignment]
     first_model = next(iter(cat.models))
-    value = msgspec.structs.replace(memory, learning=memory.learning + f" ({tag})",
-                                    entities=[*memory.entities[1:], first_model])
+    value = msgspec.structs.replace(
+        memory, learning=memory.learning + f" ({tag})", entities=[*memory.entities[1:], first_model]
+    )
     return _with_docs(read, {key: StoredDoc(key, value, doc.source, doc.digest + tag, doc.issues)})
 
 
-def _apply_pair(graph: G.GraphIndex, base: Catalog, edited: Catalog, delta: Delta, back: Delta,
-                repeats: int) -> tuple[float, str]:
+def _apply_pair(
+    graph: G.GraphIndex, base: Catalog, edited: Catalog, delta: Delta, back: Delta, repeats: int
+) -> tuple[float, str]:
     """Median time of base -> edited (each run is followed by an untimed edited -> base)."""
     times, outcome = [], ""
     for _ in range(repeats):
@@ -118,24 +120,32 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sweep", action="store_true", help="incremental update vs rebuild, 1..N models")
     parser.add_argument("--slayer", action="store_true", help="also time motley-slayer's build_graph")
-    parser.add_argument("--slayer-venv", default=None, help="venv holding motley-slayer (see bench/_slayer_env.py)")
+    parser.add_argument(
+        "--slayer-venv", default=None, help="venv holding motley-slayer (see bench/_slayer_env.py)"
+    )
     args = parser.parse_args()
 
     t = time.perf_counter()
     read = StoreReader(args.storage).read()
     base = Catalog.from_read(read)
-    print(f"store: {args.storage}  ({len(base.models)} models, {len(base.memories)} memories; "
-          f"read + catalog {time.perf_counter() - t:.2f} s)")
+    print(
+        f"store: {args.storage}  ({len(base.models)} models, {len(base.memories)} memories; "
+        f"read + catalog {time.perf_counter() - t:.2f} s)"
+    )
     if base.fatal:
         sys.exit(f"cannot read the store: {base.fatal}")
 
     builds: list[float] = []
     cpu = time.process_time()
     build_s, graph = _timed(lambda: G.GraphIndex.build(base), args.repeats, builds)
-    cpu_s = (time.process_time() - cpu) / args.repeats  # the daemon's side only: the graph loads in its own process
+    cpu_s = (
+        time.process_time() - cpu
+    ) / args.repeats  # the daemon's side only: the graph loads in its own process
     assert isinstance(graph, G.GraphIndex)
-    print(f"build:  {build_s * 1000:8.1f} ms median, {min(builds) * 1000:.1f} ms best, "
-          f"{cpu_s * 1000:.1f} ms CPU  {graph.counts()}")
+    print(
+        f"build:  {build_s * 1000:8.1f} ms median, {min(builds) * 1000:.1f} ms best, "
+        f"{cpu_s * 1000:.1f} ms CPU  {graph.counts()}"
+    )
 
     edited, delta = base.derive(_edit_models(read, base, 1, "a"))
     back = edited.derive(read)[1]
@@ -161,8 +171,10 @@ def main() -> None:
                 cat_k, delta_k = base.derive(_edit_models(read, base, count, f"k{count}"))
                 back_k = cat_k.derive(read)[1]
                 s, _ = _apply_pair(graph, base, cat_k, delta_k, back_k, args.repeats)
-                print(f"sweep: {count:4} models changed: incremental {s * 1000:8.1f} ms  "
-                      f"(rebuild {build_s * 1000:.1f} ms)")
+                print(
+                    f"sweep: {count:4} models changed: incremental {s * 1000:8.1f} ms  "
+                    f"(rebuild {build_s * 1000:.1f} ms)"
+                )
         finally:
             G._REBUILD_SHARE = saved
     graph.close()
@@ -174,8 +186,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="graph-bench-") as tmp:
             copy = env.copy_store(Path(args.storage), Path(tmp) / Path(args.storage).name)
             times = env.run_in_slayer(_SLAYER_BUILD, copy, args.repeats, venv=args.slayer_venv)
-        print(f"SLayer build_graph: {statistics.median(times) * 1000:8.1f} ms "
-              f"(ours {build_s * 1000:.1f} ms, {statistics.median(times) / build_s:.0f}x)")
+        print(
+            f"SLayer build_graph: {statistics.median(times) * 1000:8.1f} ms "
+            f"(ours {build_s * 1000:.1f} ms, {statistics.median(times) / build_s:.0f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -152,8 +152,12 @@ print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2]))))
 def _run_ours(snippet: str, *args: object) -> dict:
     # The on-disk cache lives in the work area, never in the user's ~/.cache; off unless asked for.
     child_env = {**os.environ, "SLAYER_LSP_CACHE_DIR": str(env.work_dir() / "lsp-cache")}
-    proc = subprocess.run([sys.executable, "-c", snippet, str(env.REPO), *map(str, args)],
-                          capture_output=True, text=True, env=child_env)
+    proc = subprocess.run(
+        [sys.executable, "-c", snippet, str(env.REPO), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=child_env,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"our loader failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -182,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100x1000,1000x5000", help="comma-separated MODELSxMEMORIES")
     ap.add_argument("--backends", default="yaml,sqlite")
-    ap.add_argument("--repeats", type=int, default=None,
-                    help="runs per figure (default 5, or 3 at 20k+ documents)")
+    ap.add_argument(
+        "--repeats", type=int, default=None, help="runs per figure (default 5, or 3 at 20k+ documents)"
+    )
     ap.add_argument("--profile", action="store_true", help="also print a cProfile of our cold load")
     ap.add_argument("--json", type=Path, default=None, help="write every raw figure here")
     env.add_venv_option(ap)
@@ -198,10 +203,12 @@ def main(argv: list[str] | None = None) -> int:
             store = env.generated_store(models, memories, backend, venv=args.slayer_venv)
             print(f"[load] {models}x{memories} {backend}: {repeats} runs each", file=sys.stderr)
             ours = [_run_ours(_OURS_COLD, store) for _ in range(repeats)]
-            theirs = [env.run_in_slayer(_SLAYER_COLD, backend, store, venv=args.slayer_venv)
-                      for _ in range(repeats)]
-            scratch = env.copy_store(store, env.work_dir() / "scratch" / f"load-{models}-{memories}"
-                                     / store.name)
+            theirs = [
+                env.run_in_slayer(_SLAYER_COLD, backend, store, venv=args.slayer_venv) for _ in range(repeats)
+            ]
+            scratch = env.copy_store(
+                store, env.work_dir() / "scratch" / f"load-{models}-{memories}" / store.name
+            )
             incr = _run_ours(_OURS_INCREMENTAL, scratch, repeats)
             cached = None
             if backend == "yaml":
@@ -209,54 +216,132 @@ def main(argv: list[str] | None = None) -> int:
                 cached = [_run_ours(_OURS_CACHED, store) for _ in range(repeats + 1)][1:]
             o, t = ours[0], theirs[0]
             if (o["models"], o["memories"]) != (t["models"], t["memories"]) or o["issues"] or t["failed"]:
-                print(f"[load] WARNING {models}x{memories} {backend}: ours loaded {o['models']} models / "
-                      f"{o['memories']} memories with {o['issues']} issues; SLayer {t['models']} / "
-                      f"{t['memories']} with {t['failed']} failures", file=sys.stderr)
-            results.append({"models": models, "memories": memories, "backend": backend, "repeats": repeats,
-                            "ours": ours, "slayer": theirs, "incremental": incr, "cached": cached,
-                            "profile": _profile(store) if args.profile else None})
+                print(
+                    f"[load] WARNING {models}x{memories} {backend}: ours loaded {o['models']} models / "
+                    f"{o['memories']} memories with {o['issues']} issues; SLayer {t['models']} / "
+                    f"{t['memories']} with {t['failed']} failures",
+                    file=sys.stderr,
+                )
+            results.append(
+                {
+                    "models": models,
+                    "memories": memories,
+                    "backend": backend,
+                    "repeats": repeats,
+                    "ours": ours,
+                    "slayer": theirs,
+                    "incremental": incr,
+                    "cached": cached,
+                    "profile": _profile(store) if args.profile else None,
+                }
+            )
 
     rows = []
     for r in results:
         target = TARGETS.get((r["models"], r["memories"]), {}).get(r["backend"])
         ours_total = _median_of(r["ours"], "total_s")
-        verdict = "-" if target is None else (f"<= {target:g} s " + ("ok" if ours_total <= target else "MISSED"))
-        rows.append([f"{r['models']}x{r['memories']}", r["backend"],
-                     f"{r['ours'][0]['models']}/{r['ours'][0]['memories']}",
-                     ours_total, min(x["total_s"] for x in r["ours"]), _median_of(r["slayer"], "total_s"), verdict])
-    env.print_table(["size", "backend", "models/memories", "ours cold", "ours best", "SLayer cold", "target (ours)"],
-                    rows, title="Cold load, median (ours: read + catalog; SLayer: open + models + memories)",
-                    ratio=(5, 3), ratio_header="SLayer/ours")
+        verdict = (
+            "-" if target is None else (f"<= {target:g} s " + ("ok" if ours_total <= target else "MISSED"))
+        )
+        rows.append(
+            [
+                f"{r['models']}x{r['memories']}",
+                r["backend"],
+                f"{r['ours'][0]['models']}/{r['ours'][0]['memories']}",
+                ours_total,
+                min(x["total_s"] for x in r["ours"]),
+                _median_of(r["slayer"], "total_s"),
+                verdict,
+            ]
+        )
+    env.print_table(
+        ["size", "backend", "models/memories", "ours cold", "ours best", "SLayer cold", "target (ours)"],
+        rows,
+        title="Cold load, median (ours: read + catalog; SLayer: open + models + memories)",
+        ratio=(5, 3),
+        ratio_header="SLayer/ours",
+    )
 
     rows = []
     for r in results:
-        rows.append([f"{r['models']}x{r['memories']}", r["backend"],
-                     _median_of(r["ours"], "read_s"), _median_of(r["ours"], "catalog_s"),
-                     _median_of(r["slayer"], "open_s"), _median_of(r["slayer"], "models_s"),
-                     _median_of(r["slayer"], "memories_s"),
-                     _median_of(r["ours"], "import_s"), _median_of(r["slayer"], "import_s")])
-    env.print_table(["size", "backend", "ours read", "ours catalog", "SLayer open+ds", "SLayer models",
-                     "SLayer memories", "ours import", "SLayer import"], rows,
-                    title="Breakdown, median (imports are not part of the cold figures)")
+        rows.append(
+            [
+                f"{r['models']}x{r['memories']}",
+                r["backend"],
+                _median_of(r["ours"], "read_s"),
+                _median_of(r["ours"], "catalog_s"),
+                _median_of(r["slayer"], "open_s"),
+                _median_of(r["slayer"], "models_s"),
+                _median_of(r["slayer"], "memories_s"),
+                _median_of(r["ours"], "import_s"),
+                _median_of(r["slayer"], "import_s"),
+            ]
+        )
+    env.print_table(
+        [
+            "size",
+            "backend",
+            "ours read",
+            "ours catalog",
+            "SLayer open+ds",
+            "SLayer models",
+            "SLayer memories",
+            "ours import",
+            "SLayer import",
+        ],
+        rows,
+        title="Breakdown, median (imports are not part of the cold figures)",
+    )
 
     rows = []
     for r in results:
         inc = r["incremental"]
-        rows.append([f"{r['models']}x{r['memories']}", r["backend"], inc["read_s"], inc["derive_s"],
-                     inc["total_s"], str(inc["changed"]),
-                     f"{max(x['rss_mb'] for x in r['ours']):.0f} MB",
-                     f"{max(x['rss_mb'] for x in r['slayer']):.0f} MB"])
-    env.print_table(["size", "backend", "ours re-read", "ours derive", "ours incr total", "ids changed",
-                     "ours peak RSS", "SLayer peak RSS"], rows,
-                    title="Incremental (one model rewritten; one warm reader) and peak RSS of the cold runs")
+        rows.append(
+            [
+                f"{r['models']}x{r['memories']}",
+                r["backend"],
+                inc["read_s"],
+                inc["derive_s"],
+                inc["total_s"],
+                str(inc["changed"]),
+                f"{max(x['rss_mb'] for x in r['ours']):.0f} MB",
+                f"{max(x['rss_mb'] for x in r['slayer']):.0f} MB",
+            ]
+        )
+    env.print_table(
+        [
+            "size",
+            "backend",
+            "ours re-read",
+            "ours derive",
+            "ours incr total",
+            "ids changed",
+            "ours peak RSS",
+            "SLayer peak RSS",
+        ],
+        rows,
+        title="Incremental (one model rewritten; one warm reader) and peak RSS of the cold runs",
+    )
 
-    rows = [[f"{r['models']}x{r['memories']}", r["backend"], _median_of(r["ours"], "total_s"),
-             _median_of(r["cached"], "total_s"), _median_of(r["slayer"], "total_s")]
-            for r in results if r["cached"]]
+    rows = [
+        [
+            f"{r['models']}x{r['memories']}",
+            r["backend"],
+            _median_of(r["ours"], "total_s"),
+            _median_of(r["cached"], "total_s"),
+            _median_of(r["slayer"], "total_s"),
+        ]
+        for r in results
+        if r["cached"]
+    ]
     if rows:
-        env.print_table(["size", "backend", "ours cold", "ours restart (disk cache)", "SLayer cold"], rows,
-                        title="Restart on an unchanged YAML store: fresh process, on-disk parse cache warm",
-                        ratio=(4, 3), ratio_header="SLayer/ours restart")
+        env.print_table(
+            ["size", "backend", "ours cold", "ours restart (disk cache)", "SLayer cold"],
+            rows,
+            title="Restart on an unchanged YAML store: fresh process, on-disk parse cache warm",
+            ratio=(4, 3),
+            ratio_header="SLayer/ours restart",
+        )
 
     for r in results:
         if r["profile"]:

@@ -63,12 +63,29 @@ def spawn_daemon(store: Path, cache: Path, log_path: Path) -> StdioClient:
     that starts tracemalloc) runs in the daemon's process first, when set."""
     variables = {**os.environ, "SLAYER_LSP_CACHE_DIR": str(cache), "PYTHONPATH": str(env.REPO)}
     prelude = os.environ.get("SLAYER_LSP_BENCH_PRELUDE")
-    launch = ["-m", "slayer_lsp"] if not prelude else [
-        "-c", prelude + "\nimport runpy\nrunpy.run_module('slayer_lsp', run_name='__main__', alter_sys=True)"]
-    client = StdioClient([sys.executable, *launch, "serve", "--storage", str(store)], cwd=env.REPO,
-                         env_vars=variables, log_path=log_path)
-    client.request("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {},
-                                  "initializationOptions": {"embedding": {"enable": False}}})
+    launch = (
+        ["-m", "slayer_lsp"]
+        if not prelude
+        else [
+            "-c",
+            prelude + "\nimport runpy\nrunpy.run_module('slayer_lsp', run_name='__main__', alter_sys=True)",
+        ]
+    )
+    client = StdioClient(
+        [sys.executable, *launch, "serve", "--storage", str(store)],
+        cwd=env.REPO,
+        env_vars=variables,
+        log_path=log_path,
+    )
+    client.request(
+        "initialize",
+        {
+            "processId": os.getpid(),
+            "rootUri": None,
+            "capabilities": {},
+            "initializationOptions": {"embedding": {"enable": False}},
+        },
+    )
     client.notify("initialized", {})
     return client
 
@@ -154,8 +171,14 @@ class Samples:
             self.latencies.append(seconds)
 
 
-def client_loop(client: StdioClient, pool: list[dict[str, Any]], seed: int, stop: threading.Event,
-                out: Samples, think_s: float) -> None:
+def client_loop(
+    client: StdioClient,
+    pool: list[dict[str, Any]],
+    seed: int,
+    stop: threading.Event,
+    out: Samples,
+    think_s: float,
+) -> None:
     rng = random.Random(seed)
     while not stop.is_set():
         params = rng.choice(pool)
@@ -170,12 +193,19 @@ def client_loop(client: StdioClient, pool: list[dict[str, Any]], seed: int, stop
             stop.wait(think_s)
 
 
-def run_clients(targets: list[StdioClient], pool: list[dict[str, Any]], seconds: float, think_s: float,
-                during: threading.Thread | None = None) -> Samples:
+def run_clients(
+    targets: list[StdioClient],
+    pool: list[dict[str, Any]],
+    seconds: float,
+    think_s: float,
+    during: threading.Thread | None = None,
+) -> Samples:
     """One thread per target (a target may repeat: pipelined clients of one daemon) for ``seconds``."""
     out, stop = Samples(), threading.Event()
-    threads = [threading.Thread(target=client_loop, args=(c, pool, 1000 + k, stop, out, think_s), daemon=True)
-               for k, c in enumerate(targets)]
+    threads = [
+        threading.Thread(target=client_loop, args=(c, pool, 1000 + k, stop, out, think_s), daemon=True)
+        for k, c in enumerate(targets)
+    ]
     for th in threads:
         th.start()
     if during is not None:
@@ -218,8 +248,14 @@ def found(client: StdioClient, word: str, hit_id: str) -> bool:
     return hit_id in [h["id"] for h in got["results"]]
 
 
-def writer_loop(writer: env.SlayerWriter, daemons: list[StdioClient], models: list[tuple[str, str]],
-                stop: threading.Event, st: Staleness, rng: random.Random) -> None:
+def writer_loop(
+    writer: env.SlayerWriter,
+    daemons: list[StdioClient],
+    models: list[tuple[str, str]],
+    stop: threading.Event,
+    st: Staleness,
+    rng: random.Random,
+) -> None:
     """Cycle add column / drop column / save memory / forget memory until ``stop``; check each change
     on every daemon as soon as that daemon announces it."""
     k = 0
@@ -228,22 +264,64 @@ def writer_loop(writer: env.SlayerWriter, daemons: list[StdioClient], models: li
         word = probe_word(k)
         ds, model = rng.choice(models)
         column_id = f"{ds}.{model}.{word}"
-        change(writer, daemons, st, "add_column", {"datasource": ds, "model": model, "name": word,
-                                                     "description": f"Load probe {word} column"}, word, column_id, True)
-        change(writer, daemons, st, "drop_column", {"datasource": ds, "model": model, "name": word},
-               word, column_id, False)
+        change(
+            writer,
+            daemons,
+            st,
+            "add_column",
+            {"datasource": ds, "model": model, "name": word, "description": f"Load probe {word} column"},
+            word,
+            column_id,
+            True,
+        )
+        change(
+            writer,
+            daemons,
+            st,
+            "drop_column",
+            {"datasource": ds, "model": model, "name": word},
+            word,
+            column_id,
+            False,
+        )
         if stop.is_set():
             break
         memory_word = word + "m"
-        saved = change(writer, daemons, st, "save_memory", {
-            "learning": f"Load probe {memory_word}: a note the load writer saved.", "entities": [f"{ds}.{model}"]},
-            memory_word, None, True)
-        change(writer, daemons, st, "forget_memory", {"id": saved["memory_id"]}, memory_word,
-               saved["memory_id"], False)
+        saved = change(
+            writer,
+            daemons,
+            st,
+            "save_memory",
+            {
+                "learning": f"Load probe {memory_word}: a note the load writer saved.",
+                "entities": [f"{ds}.{model}"],
+            },
+            memory_word,
+            None,
+            True,
+        )
+        change(
+            writer,
+            daemons,
+            st,
+            "forget_memory",
+            {"id": saved["memory_id"]},
+            memory_word,
+            saved["memory_id"],
+            False,
+        )
 
 
-def change(writer: env.SlayerWriter, daemons: list[StdioClient], st: Staleness, op: str, fields: dict[str, Any],
-           word: str, hit_id: str | None, present: bool) -> Any:
+def change(
+    writer: env.SlayerWriter,
+    daemons: list[StdioClient],
+    st: Staleness,
+    op: str,
+    fields: dict[str, Any],
+    word: str,
+    hit_id: str | None,
+    present: bool,
+) -> Any:
     before = [generation(c) for c in daemons]
     t0 = time.perf_counter()
     result = writer.call(op, **fields)
@@ -270,7 +348,9 @@ def change(writer: env.SlayerWriter, daemons: list[StdioClient], st: Staleness, 
     return result
 
 
-def check(client: StdioClient, index: int, st: Staleness, op: str, word: str, hit_id: str, present: bool) -> None:
+def check(
+    client: StdioClient, index: int, st: Staleness, op: str, word: str, hit_id: str, present: bool
+) -> None:
     st.checks += 1
     if found(client, word, hit_id) == present:
         return
@@ -280,10 +360,14 @@ def check(client: StdioClient, index: int, st: Staleness, op: str, word: str, hi
         time.sleep(0.05)
         if found(client, word, hit_id) == present:
             st.late += 1
-            st.notes.append(f"daemon {index}: {op} {hit_id} stale after the announcement, right "
-                            f"{time.perf_counter() - t0:.2f} s later")
+            st.notes.append(
+                f"daemon {index}: {op} {hit_id} stale after the announcement, right "
+                f"{time.perf_counter() - t0:.2f} s later"
+            )
             return
-    st.notes.append(f"daemon {index}: {op} {hit_id} stale after the announcement, still after {LATE_WINDOW_S} s")
+    st.notes.append(
+        f"daemon {index}: {op} {hit_id} stale after the announcement, still after {LATE_WINDOW_S} s"
+    )
 
 
 # --------------------------------------------------------------------------- one run
@@ -295,9 +379,19 @@ def summary_row(name: str, s: Samples, seconds: float, idle: Samples | None) -> 
         return [name, 0, None, None, None, "-", str(len(s.errors)), "-"]
     ratio = "-"
     if idle is not None and idle.latencies:
-        ratio = f"{pct(lat, 50) / pct(idle.latencies, 50):.1f}x / {pct(lat, 99) / pct(idle.latencies, 99):.1f}x"
-    return [name, len(lat), pct(lat, 50), pct(lat, 99), max(lat), f"{len(lat) / seconds:.0f}", str(len(s.errors)),
-            ratio]
+        ratio = (
+            f"{pct(lat, 50) / pct(idle.latencies, 50):.1f}x / {pct(lat, 99) / pct(idle.latencies, 99):.1f}x"
+        )
+    return [
+        name,
+        len(lat),
+        pct(lat, 50),
+        pct(lat, 99),
+        max(lat),
+        f"{len(lat) / seconds:.0f}",
+        str(len(s.errors)),
+        ratio,
+    ]
 
 
 def run_form(form: str, backend: str, source: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -318,7 +412,9 @@ def run_form(form: str, backend: str, source: Path, work: Path, args: argparse.N
         idle = run_clients(daemons[:1], pool, args.idle_s, think)
         crowd = run_clients(targets, pool, args.idle_s, think)
         st, stop = Staleness(), threading.Event()
-        writer_thread = threading.Thread(target=writer_loop, args=(writer, daemons, models, stop, st, rng), daemon=True)
+        writer_thread = threading.Thread(
+            target=writer_loop, args=(writer, daemons, models, stop, st, rng), daemon=True
+        )
         loaded = run_clients(targets, pool, args.load_s, think, during=writer_thread)
         stop.set()  # the writer finishes its current change (and checks it) before it stops
         writer_thread.join(ANNOUNCE_TIMEOUT_S * 4)
@@ -326,39 +422,71 @@ def run_form(form: str, backend: str, source: Path, work: Path, args: argparse.N
     finally:
         writer.close()
         codes = [c.close() for c in daemons]
-    return {"form": form, "backend": backend, "ready_s": ready_s, "idle": idle, "crowd": crowd, "loaded": loaded,
-            "staleness": st, "rss": rss, "codes": codes, "args": args}
+    return {
+        "form": form,
+        "backend": backend,
+        "ready_s": ready_s,
+        "idle": idle,
+        "crowd": crowd,
+        "loaded": loaded,
+        "staleness": st,
+        "rss": rss,
+        "codes": codes,
+        "args": args,
+    }
 
 
 def report(res: dict[str, Any]) -> None:
     args, n = res["args"], res["args"].clients
-    form = (f"{n} daemons, one client each" if res["form"] == "daemons"
-            else f"1 daemon, {n} pipelined client threads")
-    title = (f"{form}; {res['backend']} store {args.size}; think {args.think_ms:g} ms; ready in "
-             f"{res['ready_s']:.1f} s; RSS {min(res['rss']):.0f}-{max(res['rss']):.0f} MiB per daemon; "
-             f"exit codes {sorted(set(res['codes']))}")
+    form = (
+        f"{n} daemons, one client each"
+        if res["form"] == "daemons"
+        else f"1 daemon, {n} pipelined client threads"
+    )
+    title = (
+        f"{form}; {res['backend']} store {args.size}; think {args.think_ms:g} ms; ready in "
+        f"{res['ready_s']:.1f} s; RSS {min(res['rss']):.0f}-{max(res['rss']):.0f} MiB per daemon; "
+        f"exit codes {sorted(set(res['codes']))}"
+    )
     idle = res["idle"]
-    rows = [summary_row("idle: 1 client, no writer", idle, args.idle_s, None),
-            summary_row(f"{n} clients, no writer", res["crowd"], args.idle_s, idle),
-            summary_row(f"{n} clients + SLayer writer", res["loaded"], args.load_s, idle)]
-    env.print_table(["slayer/search", "n", "p50", "p99", "max", "req/s", "errors", "p50 / p99 vs idle"], rows,
-                    title=title)
+    rows = [
+        summary_row("idle: 1 client, no writer", idle, args.idle_s, None),
+        summary_row(f"{n} clients, no writer", res["crowd"], args.idle_s, idle),
+        summary_row(f"{n} clients + SLayer writer", res["loaded"], args.load_s, idle),
+    ]
+    env.print_table(
+        ["slayer/search", "n", "p50", "p99", "max", "req/s", "errors", "p50 / p99 vs idle"], rows, title=title
+    )
     st: Staleness = res["staleness"]
     loaded = res["loaded"].latencies
     verdict = "-"
     if loaded and idle.latencies:
         ratio = pct(loaded, 99) / pct(idle.latencies, 99)
-        verdict = f"p99 {ratio:.1f}x idle: " + ("ok" if ratio <= TARGET_RATIO else f"over the {TARGET_RATIO:g}x target")
-    env.print_table(["store changes (SLayer writer)", "value"], [
-        ["changes written / checks (daemon x change)", f"{st.changes} / {st.checks}"],
-        ["stale results after the announcement", f"{st.stale} (late {st.late}, never {st.stale - st.late})"],
-        ["changes never announced (60 s)", str(st.unannounced)],
-        ["SLayer write p50 / p99", f"{env.fmt_seconds(pct(st.write_s, 50)) if st.write_s else '-'} / "
-                                   f"{env.fmt_seconds(pct(st.write_s, 99)) if st.write_s else '-'}"],
-        ["write done -> announced p50 / p99", f"{env.fmt_seconds(pct(st.announce_s, 50)) if st.announce_s else '-'} / "
-                                              f"{env.fmt_seconds(pct(st.announce_s, 99)) if st.announce_s else '-'}"],
-        ["latency target", verdict],
-    ])
+        verdict = f"p99 {ratio:.1f}x idle: " + (
+            "ok" if ratio <= TARGET_RATIO else f"over the {TARGET_RATIO:g}x target"
+        )
+    env.print_table(
+        ["store changes (SLayer writer)", "value"],
+        [
+            ["changes written / checks (daemon x change)", f"{st.changes} / {st.checks}"],
+            [
+                "stale results after the announcement",
+                f"{st.stale} (late {st.late}, never {st.stale - st.late})",
+            ],
+            ["changes never announced (60 s)", str(st.unannounced)],
+            [
+                "SLayer write p50 / p99",
+                f"{env.fmt_seconds(pct(st.write_s, 50)) if st.write_s else '-'} / "
+                f"{env.fmt_seconds(pct(st.write_s, 99)) if st.write_s else '-'}",
+            ],
+            [
+                "write done -> announced p50 / p99",
+                f"{env.fmt_seconds(pct(st.announce_s, 50)) if st.announce_s else '-'} / "
+                f"{env.fmt_seconds(pct(st.announce_s, 99)) if st.announce_s else '-'}",
+            ],
+            ["latency target", verdict],
+        ],
+    )
     for note in st.notes[:20] + st.slow_writes[:10]:
         print(f"  ! {note}")
     for label, s in (("idle", idle), ("clients", res["crowd"]), ("load", res["loaded"])):
@@ -368,10 +496,14 @@ def report(res: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="100x1000", help="MODELSxMEMORIES of the generated store (e.g. 1000x5000)")
+    ap.add_argument(
+        "--size", default="100x1000", help="MODELSxMEMORIES of the generated store (e.g. 1000x5000)"
+    )
     ap.add_argument("--backends", default="yaml,sqlite")
     ap.add_argument("--forms", default="daemons,pipelined")
-    ap.add_argument("--clients", type=int, default=8, help="N: daemons (form daemons) or client threads (pipelined)")
+    ap.add_argument(
+        "--clients", type=int, default=8, help="N: daemons (form daemons) or client threads (pipelined)"
+    )
     ap.add_argument("--idle-s", type=float, default=15.0, help="seconds of each no-writer phase")
     ap.add_argument("--load-s", type=float, default=45.0, help="seconds of the phase with the writer")
     ap.add_argument("--think-ms", type=float, default=0.0, help="pause of each client between its requests")

@@ -66,8 +66,9 @@ class StdioClient:
 
     def __init__(self, cmd: list[str], *, cwd: Path, env_vars: dict[str, str], log_path: Path) -> None:
         self.log = open(log_path, "wb")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env_vars, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log)
+        self.proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env_vars, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log
+        )
         self._lock = threading.Lock()
         self._next = 0
         self._pending: dict[int, Future] = {}
@@ -137,19 +138,30 @@ class StdioClient:
         return code
 
 
-def start_server(store: Path, work: Path, *, embeddings: bool, name: str,
-                 root: Path | None = None) -> tuple[StdioClient, float]:
+def start_server(
+    store: Path, work: Path, *, embeddings: bool, name: str, root: Path | None = None
+) -> tuple[StdioClient, float]:
     """Spawn the daemon on ``store`` with a fresh cache and wait for its first complete index;
     returns the client and the seconds from spawn to ready."""
     cache = work / f"cache-{name}"
     shutil.rmtree(cache, ignore_errors=True)
     variables = {**os.environ, "SLAYER_LSP_CACHE_DIR": str(cache), "PYTHONPATH": str(env.REPO)}
     t0 = time.perf_counter()
-    client = StdioClient([sys.executable, "-m", "slayer_lsp", "serve", "--storage", str(store)], cwd=env.REPO,
-                         env_vars=variables, log_path=work / f"server-{name}.log")
-    client.request("initialize", {"processId": os.getpid(), "rootUri": root.as_uri() if root else None,
-                                  "capabilities": {"window": {"workDoneProgress": True}},
-                                  "initializationOptions": {"embedding": {"enable": embeddings}}})
+    client = StdioClient(
+        [sys.executable, "-m", "slayer_lsp", "serve", "--storage", str(store)],
+        cwd=env.REPO,
+        env_vars=variables,
+        log_path=work / f"server-{name}.log",
+    )
+    client.request(
+        "initialize",
+        {
+            "processId": os.getpid(),
+            "rootUri": root.as_uri() if root else None,
+            "capabilities": {"window": {"workDoneProgress": True}},
+            "initializationOptions": {"embedding": {"enable": embeddings}},
+        },
+    )
     client.notify("initialized", {})
     while not client.request("slayer/status", {})["ready"]:
         time.sleep(0.02)
@@ -203,30 +215,42 @@ def summary(values: list[float]) -> list[object]:
     return [len(values), pct(values, 50), pct(values, 99), max(values)]
 
 
-def open_documents(client: StdioClient, models: list[tuple[str, str, list[str], Path]], n: int,
-                   rng: random.Random) -> list[dict[str, Any]]:
+def open_documents(
+    client: StdioClient, models: list[tuple[str, str, list[str], Path]], n: int, rng: random.Random
+) -> list[dict[str, Any]]:
     """``n`` query documents, each on one model, with every completion and hover spot marked."""
     docs = []
     for k, (ds, name, cols, _) in enumerate(rng.sample(models, min(n, len(models)))):
         col = rng.choice(cols)
-        lines = [f"source_model: {ds}.{name}",
-                 f"dimensions: [{ds}.{name}.{col}, {ds}.{name}.]",
-                 "measures: [sum(]",
-                 f"filters: [\"{ds}.\"]",
-                 "limit: 10"]
+        lines = [
+            f"source_model: {ds}.{name}",
+            f"dimensions: [{ds}.{name}.{col}, {ds}.{name}.]",
+            "measures: [sum(]",
+            f'filters: ["{ds}."]',
+            "limit: 10",
+        ]
         text = "\n".join(lines) + "\n"
         uri = f"file:///bench/ws/q{k}.query.yaml"
-        client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
-                                                                "text": text}})
-        docs.append({"uri": uri, "model": (ds, name), "spots": {
-            "leaves after ds.model.": (1, len(lines[1]) - 1),
-            "models after ds.": (3, len(lines[3]) - 2),
-            "source_model": (0, len("source_model: ")),
-            "inside sum(": (2, len("measures: [sum(")),
-        }, "hover": {
-            "column": (1, len(f"dimensions: [{ds}.{name}.") + 1),
-            "model": (0, len(f"source_model: {ds}.") + 1),
-        }})
+        client.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1, "text": text}},
+        )
+        docs.append(
+            {
+                "uri": uri,
+                "model": (ds, name),
+                "spots": {
+                    "leaves after ds.model.": (1, len(lines[1]) - 1),
+                    "models after ds.": (3, len(lines[3]) - 2),
+                    "source_model": (0, len("source_model: ")),
+                    "inside sum(": (2, len("measures: [sum(")),
+                },
+                "hover": {
+                    "column": (1, len(f"dimensions: [{ds}.{name}.") + 1),
+                    "model": (0, len(f"source_model: {ds}.") + 1),
+                },
+            }
+        )
     deadline = time.time() + 300
     while time.time() < deadline:  # every document checked once: the parse and binding are warm
         published = {p["uri"] for p in client.notifications.get("textDocument/publishDiagnostics", [])}
@@ -250,28 +274,43 @@ def bench_requests(client: StdioClient, docs: list[dict[str, Any]], n: int) -> l
         for i in range(n):
             doc = docs[i % len(docs)]
             line, col = doc["spots"][kind]
-            dt, res = timed(client, "textDocument/completion", {"textDocument": {"uri": doc["uri"]},
-                                                                "position": {"line": line, "character": col}})
+            dt, res = timed(
+                client,
+                "textDocument/completion",
+                {"textDocument": {"uri": doc["uri"]}, "position": {"line": line, "character": col}},
+            )
             times.append(dt)
             sizes.append(len((res or {}).get("items") or []))
         empty = sizes.count(0)
-        rows.append([f"completion: {kind}", *summary(times),
-                     f"{statistics.mean(sizes):.0f} items on average" + (f", {empty} empty" if empty else "")])
+        rows.append(
+            [
+                f"completion: {kind}",
+                *summary(times),
+                f"{statistics.mean(sizes):.0f} items on average" + (f", {empty} empty" if empty else ""),
+            ]
+        )
     for kind in docs[0]["hover"]:
         times, empty = [], 0
         for i in range(n):
             doc = docs[i % len(docs)]
             line, col = doc["hover"][kind]
-            dt, res = timed(client, "textDocument/hover", {"textDocument": {"uri": doc["uri"]},
-                                                           "position": {"line": line, "character": col}})
+            dt, res = timed(
+                client,
+                "textDocument/hover",
+                {"textDocument": {"uri": doc["uri"]}, "position": {"line": line, "character": col}},
+            )
             times.append(dt)
             empty += not res
-        rows.append([f"hover: {kind}", *summary(times), "all answered" if not empty else f"{empty} not answered"])
+        rows.append(
+            [f"hover: {kind}", *summary(times), "all answered" if not empty else f"{empty} not answered"]
+        )
     return rows
 
 
-_REFRESH_LOG = re.compile(r"store changed \((\d+) path\(s\)\): (\d+) entities touched in (\d+) ms"
-                          r"(?:, (\d+) ms after the write)?")
+_REFRESH_LOG = re.compile(
+    r"store changed \((\d+) path\(s\)\): (\d+) entities touched in (\d+) ms"
+    r"(?:, (\d+) ms after the write)?"
+)
 
 
 def add_column(text: str, name: str) -> str:
@@ -279,15 +318,29 @@ def add_column(text: str, name: str) -> str:
     top-level keys at column 0, list items as ``- name: ...``)."""
     lines = text.split("\n")
     start = lines.index("columns:")
-    end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith(("-", " "))),
-               len(lines))
-    block = [f"- name: {name}", f"  sql: {name}", "  type: TEXT", "  description: Added by the benchmark",
-             "  hidden: false"]
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith(("-", " "))),
+        len(lines),
+    )
+    block = [
+        f"- name: {name}",
+        f"  sql: {name}",
+        "  type: TEXT",
+        "  description: Added by the benchmark",
+        "  hidden: false",
+    ]
     return "\n".join(lines[:end] + block + lines[end:])
 
 
-def bench_edits(client: StdioClient, models: list[tuple[str, str, list[str], Path]], log_path: Path, n: int,
-                gap: float, poll: float, rng: random.Random) -> tuple[list[float], list[float], list[int], list[int]]:
+def bench_edits(
+    client: StdioClient,
+    models: list[tuple[str, str, list[str], Path]],
+    log_path: Path,
+    n: int,
+    gap: float,
+    poll: float,
+    rng: random.Random,
+) -> tuple[list[float], list[float], list[int], list[int]]:
     """Seconds from the atomic rename of an edited model file until completion offers the new column,
     then until search finds it; from the server's log, its refresh times and how long after the
     write each refresh started (ms)."""
@@ -295,11 +348,18 @@ def bench_edits(client: StdioClient, models: list[tuple[str, str, list[str], Pat
     for k, (ds, name, _cols, path) in enumerate(rng.sample(models, n)):
         uri = f"file:///bench/ws/edit{k}.query.yaml"
         text = f"source_model: {ds}.{name}\ndimensions: [{ds}.{name}.]\n"
-        client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
-                                                                "text": text}})
-        position = {"textDocument": {"uri": uri}, "position": {"line": 1, "character": len(f"dimensions: [{ds}.{name}.")}}
+        client.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1, "text": text}},
+        )
+        position = {
+            "textDocument": {"uri": uri},
+            "position": {"line": 1, "character": len(f"dimensions: [{ds}.{name}.")},
+        }
         column = f"bench_added_{k}"
-        assert column not in {i["label"] for i in client.request("textDocument/completion", position)["items"]}
+        assert column not in {
+            i["label"] for i in client.request("textDocument/completion", position)["items"]
+        }
         time.sleep(gap)
         new_text = add_column(path.read_text(), column)
         tmp = path.parent / f".{path.name}.tmp.bench{k}"
@@ -315,8 +375,12 @@ def bench_edits(client: StdioClient, models: list[tuple[str, str, list[str], Pat
                 raise RuntimeError(f"the new column {ds}.{name}.{column} never became visible")
             time.sleep(poll)
         hit = f"{ds}.{name}.{column}"
-        while hit not in [h["id"] for h in client.request("slayer/search", {
-                "question": column.replace("_", " "), "max_results": 20})["results"]]:
+        while hit not in [
+            h["id"]
+            for h in client.request(
+                "slayer/search", {"question": column.replace("_", " "), "max_results": 20}
+            )["results"]
+        ]:
             if time.perf_counter() - t0 > 30:
                 raise RuntimeError(f"search never found {hit}")
             time.sleep(poll)
@@ -328,22 +392,36 @@ def bench_edits(client: StdioClient, models: list[tuple[str, str, list[str], Pat
     return visible, searchable, refresh_ms, lag_ms
 
 
-def run_edits(store: Path, work: Path, name: str, args: argparse.Namespace, rng: random.Random) -> list[list[object]]:
+def run_edits(
+    store: Path, work: Path, name: str, args: argparse.Namespace, rng: random.Random
+) -> list[list[object]]:
     slug = re.sub(r"\W+", "-", name)
     copy = env.copy_store(store, work / f"edit-{slug}")
     models = read_models(copy)
     client, ready_s = start_server(copy, work, embeddings=args.embeddings, name=f"edit-{slug}")
     try:
-        visible, searchable, refresh_ms, lag_ms = bench_edits(client, models, work / f"server-edit-{slug}.log",
-                                                      args.edits, args.edit_gap, args.poll_ms / 1000, rng)
+        visible, searchable, refresh_ms, lag_ms = bench_edits(
+            client,
+            models,
+            work / f"server-edit-{slug}.log",
+            args.edits,
+            args.edit_gap,
+            args.poll_ms / 1000,
+            rng,
+        )
     finally:
         client.close()
     verdict = "ok" if pct(visible, 50) <= TARGET_VISIBLE_S else "MISSED"
-    return [[f"{name}: completion sees the edit", *summary(visible), f"target {TARGET_VISIBLE_S * 1000:.0f} ms "
-             f"(p50): {verdict}"],
-            [f"{name}: search finds it", *summary(searchable), ""],
-            [f"{name}: write -> refresh starts (log)", *ms_summary(lag_ms), "watcher: poll step + quiet period"],
-            [f"{name}: refresh (log)", *ms_summary(refresh_ms), f"read + index update; ready in {ready_s:.1f} s"]]
+    return [
+        [
+            f"{name}: completion sees the edit",
+            *summary(visible),
+            f"target {TARGET_VISIBLE_S * 1000:.0f} ms (p50): {verdict}",
+        ],
+        [f"{name}: search finds it", *summary(searchable), ""],
+        [f"{name}: write -> refresh starts (log)", *ms_summary(lag_ms), "watcher: poll step + quiet period"],
+        [f"{name}: refresh (log)", *ms_summary(refresh_ms), f"read + index update; ready in {ready_s:.1f} s"],
+    ]
 
 
 def ms_summary(values_ms: list[int]) -> list[object]:
@@ -364,16 +442,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=300, help="requests per completion/hover kind")
     ap.add_argument("--edits", type=int, default=20, help="one-model edits per store")
     ap.add_argument("--edit-gap", type=float, default=6.0, help="quiet seconds before each edit")
-    ap.add_argument("--poll-ms", type=float, default=10.0,
-                    help="pause between the requests that wait for an edit (0: back to back)")
+    ap.add_argument(
+        "--poll-ms",
+        type=float,
+        default=10.0,
+        help="pause between the requests that wait for an edit (0: back to back)",
+    )
     ap.add_argument("--large", default="2000x48x2000", help="MODELSxCOLUMNSxMEMORIES of the request store")
     ap.add_argument("--edit-size", default="1000x5000", help="MODELSxMEMORIES of the change-to-visible store")
     ap.add_argument("--embeddings", action="store_true", help="run the dense channel's worker too")
-    ap.add_argument("--skip-large-edits", action="store_true", help="no change-to-visible run on the large store")
+    ap.add_argument(
+        "--skip-large-edits", action="store_true", help="no change-to-visible run on the large store"
+    )
     ap.add_argument("--only-edits", action="store_true", help="only the change-to-visible runs")
-    ap.add_argument("--editor", metavar="MODELSxCOLUMNSxMEMORIESxQUERIES",
-                    help="only the editor runs: rename and code lens resolve p50 on a generated store with QUERIES "
-                         "query files in the workspace (the issue's figure: 2000x48x2000x500)")
+    ap.add_argument(
+        "--editor",
+        metavar="MODELSxCOLUMNSxMEMORIESxQUERIES",
+        help="only the editor runs: rename and code lens resolve p50 on a generated store with QUERIES "
+        "query files in the workspace (the issue's figure: 2000x48x2000x500)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work directory (server logs, store copies)")
     env.add_venv_option(ap)
     args = ap.parse_args(argv)
@@ -386,8 +473,11 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tempfile.mkdtemp(prefix="lsp-bench-", dir=env.work_dir()))
         try:
             rows = run_editor(store, work, queries_n, min(args.requests, 50), rng)
-            env.print_table(["editor request (round trip through stdio)", "n", "p50", "p99", "max", "note"], rows,
-                            title=f"{models_n} models x {cols_n} columns, {mems_n} memories, {queries_n} query files")
+            env.print_table(
+                ["editor request (round trip through stdio)", "n", "p50", "p99", "max", "note"],
+                rows,
+                title=f"{models_n} models x {cols_n} columns, {mems_n} memories, {queries_n} query files",
+            )
         finally:
             cleanup(work, args.keep)
         return 0
@@ -397,10 +487,14 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="lsp-bench-", dir=env.work_dir()))
     if args.only_edits:
         try:
-            edit_rows = run_edits(edit_store, work, f"{edit_size[0]} models / {edit_size[1]} memories", args, rng)
+            edit_rows = run_edits(
+                edit_store, work, f"{edit_size[0]} models / {edit_size[1]} memories", args, rng
+            )
             if not args.skip_large_edits:
                 edit_rows += run_edits(large, work, "large store", args, rng)
-            env.print_table(["change-to-visible (rename -> answer)", "n", "p50", "p99", "max", "note"], edit_rows)
+            env.print_table(
+                ["change-to-visible (rename -> answer)", "n", "p50", "p99", "max", "note"], edit_rows
+            )
         finally:
             cleanup(work, args.keep)
         return 0
@@ -418,28 +512,41 @@ def main(argv: list[str] | None = None) -> int:
             rss_after, peak_after = rss_mb(client.proc.pid)
         finally:
             code = client.close()
-        print(f"\nlarge store: {large_size[0]} models x {large_size[1]} columns, {large_size[2]} memories: "
-              f"{ids} canonical ids ({status['counts']}); dense channel {'on' if args.embeddings else 'off'}")
-        env.print_table(["daemon", "value"], [
-            ["first complete index (spawn -> ready, cold cache)", ready_s],
-            ["RSS after indexing", f"{rss:.0f} MiB (peak so far {peak:.0f} MiB)"],
-            ["RSS after the request runs", f"{rss_after:.0f} MiB (peak {peak_after:.0f} MiB)"],
-            ["exit code after shutdown/exit", str(code)],
-        ])
-        env.print_table(["request (round trip through stdio)", "n", "p50", "p99", "max", "answers"], rows,
-                        title=f"requests on {len(docs)} open query documents, {ids} ids")
+        print(
+            f"\nlarge store: {large_size[0]} models x {large_size[1]} columns, {large_size[2]} memories: "
+            f"{ids} canonical ids ({status['counts']}); dense channel {'on' if args.embeddings else 'off'}"
+        )
+        env.print_table(
+            ["daemon", "value"],
+            [
+                ["first complete index (spawn -> ready, cold cache)", ready_s],
+                ["RSS after indexing", f"{rss:.0f} MiB (peak so far {peak:.0f} MiB)"],
+                ["RSS after the request runs", f"{rss_after:.0f} MiB (peak {peak_after:.0f} MiB)"],
+                ["exit code after shutdown/exit", str(code)],
+            ],
+        )
+        env.print_table(
+            ["request (round trip through stdio)", "n", "p50", "p99", "max", "answers"],
+            rows,
+            title=f"requests on {len(docs)} open query documents, {ids} ids",
+        )
 
         edit_rows = run_edits(edit_store, work, f"{edit_size[0]} models / {edit_size[1]} memories", args, rng)
         if not args.skip_large_edits:
             edit_rows += run_edits(large, work, f"{ids // 1000}k ids", args, rng)
-        env.print_table(["change-to-visible (rename -> answer)", "n", "p50", "p99", "max", "note"], edit_rows,
-                        title="one-model edit on disk, seen by the next requests (watcher debounce included)")
+        env.print_table(
+            ["change-to-visible (rename -> answer)", "n", "p50", "p99", "max", "note"],
+            edit_rows,
+            title="one-model edit on disk, seen by the next requests (watcher debounce included)",
+        )
     finally:
         cleanup(work, args.keep)
     return 0
 
 
-def run_editor(store: Path, work: Path, n_queries: int, n_requests: int, rng: random.Random) -> list[list[Any]]:
+def run_editor(
+    store: Path, work: Path, n_queries: int, n_requests: int, rng: random.Random
+) -> list[list[Any]]:
     """Rename and code lens resolve on ``store`` with ``n_queries`` query files on disk in the
     workspace (each on one model, naming three of its columns): ``textDocument/rename`` of a column
     from an open query (the whole WorkspaceEdit: every query file, memory and model file of the
@@ -452,7 +559,8 @@ def run_editor(store: Path, work: Path, n_queries: int, n_requests: int, rng: ra
     chosen = [rng.choice(picked) for _ in range(n_queries)]
     for k, (_ds, name, cols, _) in enumerate(chosen):
         (ws / "queries" / f"q{k}.yaml").write_text(
-            f"source_model: {name}\ndimensions: [{cols[0]}, {cols[1]}]\nmeasures: [sum({cols[2]})]\n")
+            f"source_model: {name}\ndimensions: [{cols[0]}, {cols[1]}]\nmeasures: [sum({cols[2]})]\n"
+        )
     client, _ready = start_server(store, work, embeddings=False, name="editor", root=ws)
     rows = []
     try:
@@ -461,18 +569,27 @@ def run_editor(store: Path, work: Path, n_queries: int, n_requests: int, rng: ra
             ds, name, cols, path = chosen[k % len(chosen)]
             uri = (ws / "queries" / f"q{k % len(chosen)}.yaml").as_uri()
             text = (ws / "queries" / f"q{k % len(chosen)}.yaml").read_text()
-            client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
-                                                                    "text": text}})
+            client.notify(
+                "textDocument/didOpen",
+                {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1, "text": text}},
+            )
             t0 = time.perf_counter()
-            got = client.request("textDocument/rename", {"textDocument": {"uri": uri},
-                                                         "position": {"line": 1, "character": 14},
-                                                         "newName": f"renamed_{k}"})
+            got = client.request(
+                "textDocument/rename",
+                {
+                    "textDocument": {"uri": uri},
+                    "position": {"line": 1, "character": 14},
+                    "newName": f"renamed_{k}",
+                },
+            )
             renames.append(time.perf_counter() - t0)
             edits += sum(len(v) for v in (got or {}).get("changes", {}).values())
             client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
             muri = path.as_uri()
-            client.notify("textDocument/didOpen", {"textDocument": {"uri": muri, "languageId": "yaml", "version": 1,
-                                                                    "text": path.read_text()}})
+            client.notify(
+                "textDocument/didOpen",
+                {"textDocument": {"uri": muri, "languageId": "yaml", "version": 1, "text": path.read_text()}},
+            )
             lenses = client.request("textDocument/codeLens", {"textDocument": {"uri": muri}}) or []
             for lens in lenses[:10]:
                 t0 = time.perf_counter()
@@ -480,10 +597,26 @@ def run_editor(store: Path, work: Path, n_queries: int, n_requests: int, rng: ra
                 lenses_s.append(time.perf_counter() - t0)
                 n_lenses += 1
             client.notify("textDocument/didClose", {"textDocument": {"uri": muri}})
-        rows.append(["rename (column, from an open query)", len(renames), fmt(pct(renames, 50)),
-                     fmt(pct(renames, 99)), fmt(max(renames)), f"{edits / max(1, len(renames)):.1f} edits each"])
-        rows.append(["codeLens/resolve (model and column lenses)", n_lenses, fmt(pct(lenses_s, 50)),
-                     fmt(pct(lenses_s, 99)), fmt(max(lenses_s)), ""])
+        rows.append(
+            [
+                "rename (column, from an open query)",
+                len(renames),
+                fmt(pct(renames, 50)),
+                fmt(pct(renames, 99)),
+                fmt(max(renames)),
+                f"{edits / max(1, len(renames)):.1f} edits each",
+            ]
+        )
+        rows.append(
+            [
+                "codeLens/resolve (model and column lenses)",
+                n_lenses,
+                fmt(pct(lenses_s, 50)),
+                fmt(pct(lenses_s, 99)),
+                fmt(max(lenses_s)),
+                "",
+            ]
+        )
     finally:
         client.close()
     return rows

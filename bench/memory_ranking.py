@@ -57,7 +57,9 @@ class MemoryQuestion:
     gold_memory: str  # memory id
 
 
-def build_store(base: Path, dest: Path, items: list[tuple[int, str, str, list[str]]], remake: bool) -> dict[tuple[str, str], str]:
+def build_store(
+    base: Path, dest: Path, items: list[tuple[int, str, str, list[str]]], remake: bool
+) -> dict[tuple[str, str], str]:
     """The store with one memory per (db, evidence); returns (db, evidence) -> memory id. The memory
     ids are kept in ``dest/../memory-ids.json`` so an unchanged store is reused (with its vectors)."""
     from slayer_lsp.catalog import load_catalog
@@ -140,15 +142,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     store = env.work_dir() / "memory-ranking" / STORE_NAME
     t0 = time.perf_counter()
     ids = build_store(base, store, items, args.remake)
-    print(f"[memory-ranking] {len(ids)} memories in {store} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    print(
+        f"[memory-ranking] {len(ids)} memories in {store} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr
+    )
     mqs = [MemoryQuestion(pos, db, ids[(db, text)]) for pos, db, text, _ in items]
     fit = set(args.fit.split(",")) if args.fit else set(DEFAULT_FIT)
     bird_dbs = sorted({m.db for m in mqs})
     held = [db for db in bird_dbs if db not in fit]
-    print(f"[memory-ranking] {len(mqs)} BIRD questions with a gold memory; fit {sorted(fit)}, held {held}",
-          file=sys.stderr)
+    print(
+        f"[memory-ranking] {len(mqs)} BIRD questions with a gold memory; fit {sorted(fit)}, held {held}",
+        file=sys.stderr,
+    )
 
-    os.environ.setdefault("SLAYER_LSP_CACHE_DIR", str(store.parent / "cache"))  # part vectors kept between runs
+    os.environ.setdefault(
+        "SLAYER_LSP_CACHE_DIR", str(store.parent / "cache")
+    )  # part vectors kept between runs
     engine = Engine(store, graph=False, dense="off" if args.lexical else "live")
     engine.refresh()
     if engine.dense is not None:
@@ -169,11 +177,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         mem_ranked[ranking], in_default[ranking], seconds[ranking] = [], [], []
         for m, text in zip(mqs, texts, strict=True):
             t = time.perf_counter()
-            resp = engine.search({"question": text, "kinds": ["memory"], "max_results": 10, "ranking": ranking})
+            resp = engine.search(
+                {"question": text, "kinds": ["memory"], "max_results": 10, "ranking": ranking}
+            )
             seconds[ranking].append(time.perf_counter() - t)
             mem_ranked[ranking].append([h.id for h in resp.results if h.kind == "memory"])
             resp = engine.search({"question": text, "max_results": 10, "ranking": ranking})
-            in_default[ranking].append(any(h.kind == "memory" and h.id == m.gold_memory for h in resp.results))
+            in_default[ranking].append(
+                any(h.kind == "memory" and h.id == m.gold_memory for h in resp.results)
+            )
         col_hits[ranking] = []
         for q in questions:
             resp = engine.search({"question": q.text, "max_results": 50, "ranking": ranking})
@@ -183,38 +195,74 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         baselines["dense"] = _dense_baseline(engine, texts)
     engine.close()
 
-    parts_of = {"fit": [i for i, m in enumerate(mqs) if m.db in fit],
-                "held": [i for i, m in enumerate(mqs) if m.db not in fit],
-                "all": list(range(len(mqs)))}
+    parts_of = {
+        "fit": [i for i, m in enumerate(mqs) if m.db in fit],
+        "held": [i for i, m in enumerate(mqs) if m.db not in fit],
+        "all": list(range(len(mqs))),
+    }
     figures: dict[str, Any] = {"memories": [], "columns": []}
     rows = []
     for name in [*rankings, *baselines]:
         ranked = mem_ranked.get(name) or baselines[name]
         for part, idx in parts_of.items():
             mm = memory_metrics([ranked[i] for i in idx], [mqs[i].gold_memory for i in idx])
-            default = (sum(in_default[name][i] for i in idx) / max(len(idx), 1)) if name in in_default else None
-            figures["memories"].append({"ranking": name, "part": part, "n": len(idx), **mm, "in_default10": default})
-            rows.append([name, part, len(idx), *(f"{mm[k]:.3f}" for k in ("Hit@1", "Hit@5", "MRR@10")),
-                         "-" if default is None else f"{default:.3f}",
-                         env.fmt_seconds(env.median(seconds[name][i] for i in idx)) if name in seconds else "-"])
-    env.print_table(["ranking", "part", "n", "mem Hit@1", "mem Hit@5", "mem MRR@10", "in default 10",
-                     "median memory search"], rows,
-                    title=f"## memories: {len(ids)} evidence memories, BIRD questions, scope all, "
-                          f"{'lexical channels' if args.lexical else 'every channel'}")
+            default = (
+                (sum(in_default[name][i] for i in idx) / max(len(idx), 1)) if name in in_default else None
+            )
+            figures["memories"].append(
+                {"ranking": name, "part": part, "n": len(idx), **mm, "in_default10": default}
+            )
+            rows.append(
+                [
+                    name,
+                    part,
+                    len(idx),
+                    *(f"{mm[k]:.3f}" for k in ("Hit@1", "Hit@5", "MRR@10")),
+                    "-" if default is None else f"{default:.3f}",
+                    env.fmt_seconds(env.median(seconds[name][i] for i in idx)) if name in seconds else "-",
+                ]
+            )
+    env.print_table(
+        [
+            "ranking",
+            "part",
+            "n",
+            "mem Hit@1",
+            "mem Hit@5",
+            "mem MRR@10",
+            "in default 10",
+            "median memory search",
+        ],
+        rows,
+        title=f"## memories: {len(ids)} evidence memories, BIRD questions, scope all, "
+        f"{'lexical channels' if args.lexical else 'every channel'}",
+    )
 
-    col_parts = {"all": list(range(len(questions))),
-                 "fit": [i for i, q in enumerate(questions) if q.db in fit],
-                 "held": [i for i, q in enumerate(questions) if q.db in held],
-                 "spider": [i for i, q in enumerate(questions) if q.source == "spider"]}
+    col_parts = {
+        "all": list(range(len(questions))),
+        "fit": [i for i, q in enumerate(questions) if q.db in fit],
+        "held": [i for i, q in enumerate(questions) if q.db in held],
+        "spider": [i for i, q in enumerate(questions) if q.source == "spider"],
+    }
     rows = []
     for ranking in rankings:
         for part, idx in col_parts.items():
             sc = sl.score([questions[i] for i in idx], [col_hits[ranking][i] for i in idx])
             figures["columns"].append({"ranking": ranking, "part": part, **sc})
-            rows.append([ranking, part, f"{sc['n_col']}", *(sl._f(sc["col"][k]) for k in ("R@5", "R@10", "MRR", "Full@10")),
-                         sl._f(sc["tab"]["R@5"])])
-    env.print_table(["ranking", "part", "n", "col R@5", "col R@10", "col MRR", "col Full@10", "tab R@5"], rows,
-                    title="## columns of the same questions on the same store (max_results=50)")
+            rows.append(
+                [
+                    ranking,
+                    part,
+                    f"{sc['n_col']}",
+                    *(sl._f(sc["col"][k]) for k in ("R@5", "R@10", "MRR", "Full@10")),
+                    sl._f(sc["tab"]["R@5"]),
+                ]
+            )
+    env.print_table(
+        ["ranking", "part", "n", "col R@5", "col R@10", "col MRR", "col Full@10", "tab R@5"],
+        rows,
+        title="## columns of the same questions on the same store (max_results=50)",
+    )
     return figures
 
 

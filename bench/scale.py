@@ -38,8 +38,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _slayer_env as env  # noqa: E402
 from lsp import StdioClient, bench_requests, open_documents, read_models, rss_mb  # noqa: E402
 
-TARGETS_10K = {"cold yaml": 30.0, "cold sqlite": 15.0, "restart": 5.0, "rss": 2048.0, "search": 0.020,
-               "completion": 0.010, "status": 0.001, "visible": 0.500}
+TARGETS_10K = {
+    "cold yaml": 30.0,
+    "cold sqlite": 15.0,
+    "restart": 5.0,
+    "rss": 2048.0,
+    "search": 0.020,
+    "completion": 0.010,
+    "status": 0.001,
+    "visible": 0.500,
+}
 
 
 def parse_sizes(text: str) -> list[tuple[int, int, int, int]]:
@@ -57,18 +65,31 @@ def spawn(store: Path, cache: Path, log: Path) -> tuple[StdioClient, float]:
     """A daemon on ``store`` with ``cache`` as its cache directory; seconds from spawn to ready."""
     variables = {**os.environ, "SLAYER_LSP_CACHE_DIR": str(cache), "PYTHONPATH": str(env.REPO)}
     t0 = time.perf_counter()
-    client = StdioClient([sys.executable, "-m", "slayer_lsp", "serve", "--storage", str(store)], cwd=env.REPO,
-                         env_vars=variables, log_path=log)
-    client.request("initialize", {"processId": os.getpid(), "rootUri": None, "capabilities": {},
-                                  "initializationOptions": {"embedding": {"enable": False}}}, timeout=600)
+    client = StdioClient(
+        [sys.executable, "-m", "slayer_lsp", "serve", "--storage", str(store)],
+        cwd=env.REPO,
+        env_vars=variables,
+        log_path=log,
+    )
+    client.request(
+        "initialize",
+        {
+            "processId": os.getpid(),
+            "rootUri": None,
+            "capabilities": {},
+            "initializationOptions": {"embedding": {"enable": False}},
+        },
+        timeout=600,
+    )
     client.notify("initialized", {})
     while not client.request("slayer/status", {}, timeout=600)["ready"]:
         time.sleep(0.02)
     return client, time.perf_counter() - t0
 
 
-def question_pool(models: list[tuple[str, str, list[str], Path]], rng: random.Random,
-                  n: int = 60) -> list[dict[str, Any]]:
+def question_pool(
+    models: list[tuple[str, str, list[str], Path]], rng: random.Random, n: int = 60
+) -> list[dict[str, Any]]:
     """Questions in the catalog's own words: a column and a model, half of them scoped to a datasource."""
     pool = []
     for k, (ds, name, cols, _) in enumerate(rng.sample(models, min(n, len(models)))):
@@ -101,8 +122,13 @@ def row(name: str, values: list[float], target: float | None) -> list[object]:
     return [name, len(values), ms(p50), ms(p99), verdict]
 
 
-def edits(client: StdioClient, writer: env.SlayerWriter, models: list[tuple[str, str, list[str], Path]],
-          n: int, rng: random.Random) -> tuple[list[float], list[float]]:
+def edits(
+    client: StdioClient,
+    writer: env.SlayerWriter,
+    models: list[tuple[str, str, list[str], Path]],
+    n: int,
+    rng: random.Random,
+) -> tuple[list[float], list[float]]:
     """Seconds from SLayer's write until ``slayer/inspect`` answers the new column / memory."""
     column_s, memory_s = [], []
     for k, (ds, name, _cols, _) in enumerate(rng.sample(models, n)):
@@ -110,12 +136,15 @@ def edits(client: StdioClient, writer: env.SlayerWriter, models: list[tuple[str,
         ref = f"{ds}.{name}.{column}"
         time.sleep(1.0)
         t0 = time.perf_counter()
-        writer.call("add_column", datasource=ds, model=name, name=column, description="Added by bench/scale.py")
+        writer.call(
+            "add_column", datasource=ds, model=name, name=column, description="Added by bench/scale.py"
+        )
         column_s.append(_until_known(client, ref, t0))
         time.sleep(1.0)
         t0 = time.perf_counter()
-        saved = writer.call("save_memory", learning=f"Scale note {k}: {column} is filled nightly.",
-                            entities=[ref])
+        saved = writer.call(
+            "save_memory", learning=f"Scale note {k}: {column} is filled nightly.", entities=[ref]
+        )
         memory_s.append(_until_known(client, f"memory:{saved['memory_id']}", t0))
     return column_s, memory_s
 
@@ -134,8 +163,9 @@ def du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def bench_one(store: Path, backend: str, size: tuple[int, int, int, int], work: Path,
-              args: argparse.Namespace) -> None:
+def bench_one(
+    store: Path, backend: str, size: tuple[int, int, int, int], work: Path, args: argparse.Namespace
+) -> None:
     rng = random.Random(17)
     copy = env.copy_store(store, work / ("store.db" if backend == "sqlite" else "store"))
     cache = work / f"cache-{backend}"
@@ -147,21 +177,46 @@ def bench_one(store: Path, backend: str, size: tuple[int, int, int, int], work: 
     client.close()
     client, restart_s = spawn(copy, cache, work / f"server-{backend}.log")
     try:
-        rows = [["cold start -> first complete index (empty cache)", 1, ms(cold_s), "",
-                 f"target {TARGETS_10K['cold ' + backend]:.0f} s at 10k"],
-                ["first search after the cold start", 1, ms(first_search_s), "", ""],
-                ["restart with the on-disk cache -> ready", 1, ms(restart_s), "",
-                 f"target {TARGETS_10K['restart']:.0f} s at 10k"]]
+        rows = [
+            [
+                "cold start -> first complete index (empty cache)",
+                1,
+                ms(cold_s),
+                "",
+                f"target {TARGETS_10K['cold ' + backend]:.0f} s at 10k",
+            ],
+            ["first search after the cold start", 1, ms(first_search_s), "", ""],
+            [
+                "restart with the on-disk cache -> ready",
+                1,
+                ms(restart_s),
+                "",
+                f"target {TARGETS_10K['restart']:.0f} s at 10k",
+            ],
+        ]
         for ranking in ("hybrid", "slayer"):
-            times = [timed(client, "slayer/search", {**pool[i % len(pool)], "ranking": ranking})
-                     for i in range(args.requests)]
-            rows.append(row(f"slayer/search ({ranking})", times, TARGETS_10K["search"] if ranking == "hybrid" else None))
+            times = [
+                timed(client, "slayer/search", {**pool[i % len(pool)], "ranking": ranking})
+                for i in range(args.requests)
+            ]
+            rows.append(
+                row(
+                    f"slayer/search ({ranking})",
+                    times,
+                    TARGETS_10K["search"] if ranking == "hybrid" else None,
+                )
+            )
         docs = open_documents(client, models, 30, rng)
         for name, n, p50, p99, _mx, note in bench_requests(client, docs, args.requests):
             if name.startswith(("completion: models", "completion: leaves", "hover")):
                 rows.append([name, n, p50, p99, note])
-        rows.append(row("slayer/status", [timed(client, "slayer/status", {}) for _ in range(args.requests)],
-                        TARGETS_10K["status"]))
+        rows.append(
+            row(
+                "slayer/status",
+                [timed(client, "slayer/status", {}) for _ in range(args.requests)],
+                TARGETS_10K["status"],
+            )
+        )
         writer = env.SlayerWriter(copy, venv=args.slayer_venv, log_path=work / f"writer-{backend}.log")
         try:
             column_s, memory_s = edits(client, writer, models, args.edits, rng)
@@ -177,8 +232,11 @@ def bench_one(store: Path, backend: str, size: tuple[int, int, int, int], work: 
     rows.append(["index size on disk (cache directory)", 1, f"{du(cache) / 2**20:.0f} MiB", "", ""])
     m, c, n, ds = size
     counts = ", ".join(f"{v} {k}" for k, v in status["counts"].items())
-    env.print_table(["measure (through stdio, lexical channels)", "n", "p50", "p99", "note"], rows,
-                    title=f"{backend}: {m} models x {c} columns, {n} memories, {ds} datasources ({counts})")
+    env.print_table(
+        ["measure (through stdio, lexical channels)", "n", "p50", "p99", "note"],
+        rows,
+        title=f"{backend}: {m} models x {c} columns, {n} memories, {ds} datasources ({counts})",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

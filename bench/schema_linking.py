@@ -131,7 +131,7 @@ class GoldMap:
         """``table.column`` (either part may hold dots) -> canonical id, or None."""
         low = gold.lower()
         for i, ch in enumerate(low):
-            if ch == "." and (hit := self.columns.get((db, low[:i], low[i + 1:]))):
+            if ch == "." and (hit := self.columns.get((db, low[:i], low[i + 1 :]))):
                 return hit
         return None
 
@@ -171,8 +171,11 @@ def load_questions(path: Path, gold: GoldMap, limit: int | None, evidence: bool)
             if evidence and q.get("evidence"):
                 text = f"{text} {q['evidence']}"
             source = str(q.get("id", "")).split("-", 1)[0] or "?"
-            out.append(Question(q["id"], db, text, source, list(dict.fromkeys(cols)),
-                                list(dict.fromkeys(tabs)), unmapped))
+            out.append(
+                Question(
+                    q["id"], db, text, source, list(dict.fromkeys(cols)), list(dict.fromkeys(tabs)), unmapped
+                )
+            )
             if limit and len(out) >= limit:
                 break
     return out
@@ -212,8 +215,15 @@ def score(questions: list[Question], hits: list[list[tuple[str, str]]]) -> dict[
 
     def avg(xs: list[float]) -> float | None:
         return sum(xs) / len(xs) if xs else None
-    return {"n": len(questions), "n_col": len(col["MRR"]), "n_tab": len(tab["MRR"]), "no_result": empty,
-            "col": {k: avg(v) for k, v in col.items()}, "tab": {k: avg(v) for k, v in tab.items()}}
+
+    return {
+        "n": len(questions),
+        "n_col": len(col["MRR"]),
+        "n_tab": len(tab["MRR"]),
+        "no_result": empty,
+        "col": {k: avg(v) for k, v in col.items()},
+        "tab": {k: avg(v) for k, v in tab.items()},
+    }
 
 
 # --------------------------------------------------------------------------- the two searchers
@@ -236,9 +246,11 @@ def run_ours(store: Path, calls: list[dict[str, Any]], dense: bool = False) -> R
         t0 = time.perf_counter()
         engine.dense.wait_idle(timeout=None)
         st = engine.dense.status()
-        print(f"[schema-linking] dense channel: {st.model}, {st.rows} vectors "
-              f"({st.embedded} embedded now, {st.reused} reused) in {time.perf_counter() - t0:.1f} s",
-              file=sys.stderr)
+        print(
+            f"[schema-linking] dense channel: {st.model}, {st.rows} vectors "
+            f"({st.embedded} embedded now, {st.reused} reused) in {time.perf_counter() - t0:.1f} s",
+            file=sys.stderr,
+        )
     run = Run([], [], [])
     for call in calls:
         t0 = time.perf_counter()
@@ -286,7 +298,9 @@ def run_slayer(store: Path, calls: list[dict[str, Any]], venv: str | None) -> Ru
         rows = env.run_in_slayer(_SLAYER_BATCH, fh.name, venv=venv, env=_bench_env())
     finally:
         os.unlink(fh.name)
-    return Run([[tuple(h) for h in r["hits"]] for r in rows], [r["error"] for r in rows], [r["s"] for r in rows])
+    return Run(
+        [[tuple(h) for h in r["hits"]] for r in rows], [r["error"] for r in rows], [r["s"] for r in rows]
+    )
 
 
 def _bench_env() -> dict[str, str]:
@@ -311,8 +325,9 @@ class EvidenceStore:
         return [m for m, t in self.tags.items() if any(c.split(".", 1)[0] == datasource for c in t)]
 
 
-def _piece_ranking(folds: list[EvidenceStore], questions: list[Question], gold: GoldMap,
-                   scope: str) -> list[list[str]]:
+def _piece_ranking(
+    folds: list[EvidenceStore], questions: list[Question], gold: GoldMap, scope: str
+) -> list[list[str]]:
     """Top-5 memory ids per question from ``search.memory_ranking.rank_memories`` (pieces, exact
     tokens, recency) on the question's fold store, scoped like the engine's search."""
     from slayer_lsp.catalog import load_catalog
@@ -326,12 +341,15 @@ def _piece_ranking(folds: list[EvidenceStore], questions: list[Question], gold: 
         for i in range(f, len(questions), MEMORY_FOLDS):
             q = questions[i]
             allowed = fs.scoped(gold.datasource.get(q.db, q.db) if scope == "db" else None)
-            out[i] = [m.memory_id for m in rank_memories(cat, index, question=q.text, allowed=allowed, depth=5)]
+            out[i] = [
+                m.memory_id for m in rank_memories(cat, index, question=q.text, allowed=allowed, depth=5)
+            ]
     return out
 
 
-def evidence_items(path: Path, gold: GoldMap, limit: int | None,
-                   require_columns: bool = True) -> list[tuple[int, str, str, list[str]]]:
+def evidence_items(
+    path: Path, gold: GoldMap, limit: int | None, require_columns: bool = True
+) -> list[tuple[int, str, str, list[str]]]:
     """(position, db, evidence, mapped gold columns) of each question with evidence (and, with
     ``require_columns``, a mapped gold column); positions count the questions as
     ``load_questions`` reads them."""
@@ -348,7 +366,9 @@ def evidence_items(path: Path, gold: GoldMap, limit: int | None,
     return out
 
 
-def build_evidence_store(base: Path, dest: Path, items: list[tuple[int, str, str, list[str]]]) -> EvidenceStore:
+def build_evidence_store(
+    base: Path, dest: Path, items: list[tuple[int, str, str, list[str]]]
+) -> EvidenceStore:
     """A copy of ``base`` holding one memory per distinct (database, evidence) string of ``items``."""
     from slayer_lsp.catalog import load_catalog
     from slayer_lsp.store.locate import locate
@@ -367,8 +387,14 @@ def build_evidence_store(base: Path, dest: Path, items: list[tuple[int, str, str
     return EvidenceStore(dest, tags)
 
 
-def memory_report(args: argparse.Namespace, store: Path, gold: GoldMap, questions: list[Question],
-                  scopes: tuple[str, ...], rankings: tuple[str, ...]) -> list[dict[str, Any]]:
+def memory_report(
+    args: argparse.Namespace,
+    store: Path,
+    gold: GoldMap,
+    questions: list[Question],
+    scopes: tuple[str, ...],
+    rankings: tuple[str, ...],
+) -> list[dict[str, Any]]:
     items = evidence_items(args.questions, gold, args.limit)
     folds: list[EvidenceStore] = []
     t0 = time.perf_counter()
@@ -376,23 +402,46 @@ def memory_report(args: argparse.Namespace, store: Path, gold: GoldMap, question
         others = [it for it in items if it[0] % MEMORY_FOLDS != f]
         dest = env.work_dir() / "schema-linking" / f"store-memories-fold{f}"
         folds.append(build_evidence_store(store, dest, others))
-    print(f"[schema-linking] {len(items)} evidence strings -> {MEMORY_FOLDS} fold stores of "
-          f"{', '.join(str(len(fs.tags)) for fs in folds)} memories in {time.perf_counter() - t0:.1f} s",
-          file=sys.stderr)
-    headers = ["scope", "subset", "ranking", "n (col/mem)", "mem Hit@5", "mem R@5", "col R@5 no mem",
-               "col R@5 mem", "col R@10 no mem", "col R@10 mem", "col R@5 +tags", "added"]
+    print(
+        f"[schema-linking] {len(items)} evidence strings -> {MEMORY_FOLDS} fold stores of "
+        f"{', '.join(str(len(fs.tags)) for fs in folds)} memories in {time.perf_counter() - t0:.1f} s",
+        file=sys.stderr,
+    )
+    headers = [
+        "scope",
+        "subset",
+        "ranking",
+        "n (col/mem)",
+        "mem Hit@5",
+        "mem R@5",
+        "col R@5 no mem",
+        "col R@5 mem",
+        "col R@10 no mem",
+        "col R@10 mem",
+        "col R@5 +tags",
+        "added",
+    ]
     rows, figures = [], []
     for s in scopes:
         for ranking in rankings:
-            base_calls = [{"question": q.text, "datasource": gold.datasource.get(q.db, q.db) if s == "db" else None,
-                           "max_results": args.max_results, "ranking": ranking} for q in questions]
+            base_calls = [
+                {
+                    "question": q.text,
+                    "datasource": gold.datasource.get(q.db, q.db) if s == "db" else None,
+                    "max_results": args.max_results,
+                    "ranking": ranking,
+                }
+                for q in questions
+            ]
             plain = run_ours(store, base_calls)
             with_mem: list[list[tuple[str, str]]] = [[] for _ in questions]
             mem_hits: list[list[str]] = [[] for _ in questions]
             for f, fs in enumerate(folds):
                 idx = [i for i in range(len(questions)) if i % MEMORY_FOLDS == f]
                 run = run_ours(fs.path, [base_calls[i] for i in idx])
-                mems = run_ours(fs.path, [{**base_calls[i], "max_results": 5, "kinds": ["memory"]} for i in idx])
+                mems = run_ours(
+                    fs.path, [{**base_calls[i], "max_results": 5, "kinds": ["memory"]} for i in idx]
+                )
                 for j, i in enumerate(idx):
                     with_mem[i] = run.hits[j]
                     mem_hits[i] = [h for k, h in mems.hits[j] if k == "memory"][:5]
@@ -417,20 +466,45 @@ def memory_report(args: argparse.Namespace, store: Path, gold: GoldMap, question
 
                 def avg(xs: list[float]) -> float | None:
                     return sum(xs) / len(xs) if xs else None
-                row = {"scope": s, "subset": name, "ranking": ranking, "n_col": len(sel), "n_mem": len(r5),
-                       "mem_hit5": avg(hit5), "mem_r5": avg(r5),
-                       "col_r5_plain": sc_plain["col"]["R@5"], "col_r5_mem": sc_mem["col"]["R@5"],
-                       "col_r10_plain": sc_plain["col"]["R@10"], "col_r10_mem": sc_mem["col"]["R@10"],
-                       "col_r5_tags": avg(plus), "added": avg(added)}
+
+                row = {
+                    "scope": s,
+                    "subset": name,
+                    "ranking": ranking,
+                    "n_col": len(sel),
+                    "n_mem": len(r5),
+                    "mem_hit5": avg(hit5),
+                    "mem_r5": avg(r5),
+                    "col_r5_plain": sc_plain["col"]["R@5"],
+                    "col_r5_mem": sc_mem["col"]["R@5"],
+                    "col_r10_plain": sc_plain["col"]["R@10"],
+                    "col_r10_mem": sc_mem["col"]["R@10"],
+                    "col_r5_tags": avg(plus),
+                    "added": avg(added),
+                }
                 figures.append(row)
-                rows.append([s, name, ranking, f"{len(sel)}/{len(r5)}", _f(row["mem_hit5"]), _f(row["mem_r5"]),
-                             _f(row["col_r5_plain"]), _f(row["col_r5_mem"]), _f(row["col_r10_plain"]),
-                             _f(row["col_r10_mem"]), _f(row["col_r5_tags"]),
-                             "-" if row["added"] is None else f"{row['added']:.1f}"])
+                rows.append(
+                    [
+                        s,
+                        name,
+                        ranking,
+                        f"{len(sel)}/{len(r5)}",
+                        _f(row["mem_hit5"]),
+                        _f(row["mem_r5"]),
+                        _f(row["col_r5_plain"]),
+                        _f(row["col_r5_mem"]),
+                        _f(row["col_r10_plain"]),
+                        _f(row["col_r10_mem"]),
+                        _f(row["col_r5_tags"]),
+                        "-" if row["added"] is None else f"{row['added']:.1f}",
+                    ]
+                )
         for name, idx in subsets(questions):  # the memory side alone: pieces, and chance
             sel = [i for i in idx if questions[i].gold_columns]
-            for label, ranked in (("rank_memories", _piece_ranking(folds, questions, gold, s)),
-                                  ("chance", None)):
+            for label, ranked in (
+                ("rank_memories", _piece_ranking(folds, questions, gold, s)),
+                ("chance", None),
+            ):
                 hit5, r5 = [], []
                 for i in sel:
                     q, fs = questions[i], folds[i % MEMORY_FOLDS]
@@ -450,12 +524,33 @@ def memory_report(args: argparse.Namespace, store: Path, gold: GoldMap, question
                 if not r5:  # no question of the subset has a relevant memory (spider: no evidence)
                     continue
                 avg5, avgr = sum(hit5) / len(hit5), sum(r5) / len(r5)
-                figures.append({"scope": s, "subset": name, "ranking": label, "n_mem": len(r5),
-                                "mem_hit5": avg5, "mem_r5": avgr})
-                rows.append([s, name, label, f"{len(sel)}/{len(r5)}", _f(avg5), _f(avgr),
-                             *(["-"] * (len(headers) - 6))])
-    env.print_table(headers, rows, title=f"## memories as evidence: other questions' evidence in "
-                                         f"{MEMORY_FOLDS} folds, max_results={args.max_results}")
+                figures.append(
+                    {
+                        "scope": s,
+                        "subset": name,
+                        "ranking": label,
+                        "n_mem": len(r5),
+                        "mem_hit5": avg5,
+                        "mem_r5": avgr,
+                    }
+                )
+                rows.append(
+                    [
+                        s,
+                        name,
+                        label,
+                        f"{len(sel)}/{len(r5)}",
+                        _f(avg5),
+                        _f(avgr),
+                        *(["-"] * (len(headers) - 6)),
+                    ]
+                )
+    env.print_table(
+        headers,
+        rows,
+        title=f"## memories as evidence: other questions' evidence in "
+        f"{MEMORY_FOLDS} folds, max_results={args.max_results}",
+    )
     return figures
 
 
@@ -499,10 +594,17 @@ def subsets(questions: list[Question]) -> Iterable[tuple[str, list[int]]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--storage", type=Path, default=None,
-                    help="SLayer YAML store made by catalog_to_slayer.py (default: made under bench/.work/)")
-    ap.add_argument("--make-store", action="store_true",
-                    help="(re)make the store from --catalog (into --storage, or the default place)")
+    ap.add_argument(
+        "--storage",
+        type=Path,
+        default=None,
+        help="SLayer YAML store made by catalog_to_slayer.py (default: made under bench/.work/)",
+    )
+    ap.add_argument(
+        "--make-store",
+        action="store_true",
+        help="(re)make the store from --catalog (into --storage, or the default place)",
+    )
     ap.add_argument("--catalog", type=Path, default=DEFAULT_CATALOG, help="catalog for --make-store")
     ap.add_argument("--questions", type=Path, default=DEFAULT_QUESTIONS, help="questions JSONL")
     ap.add_argument("--scope", choices=("db", "all", "both"), default="all")
@@ -510,16 +612,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-results", type=int, default=50)
     ap.add_argument("--evidence", action="store_true", help="append BIRD's evidence to the question")
     ap.add_argument("--with-slayer", action="store_true", help="also run motley-slayer on the same store")
-    ap.add_argument("--dense", action="store_true",
-                    help="add channel 3 (the offline embedding model; embeds the store's missing vectors first)")
-    ap.add_argument("--ablate", default="", metavar="PARTS",
-                    help="comma-separated parts of the hybrid ranking to switch off (measure each step): "
-                         + ", ".join(ABLATIONS))
-    ap.add_argument("--ranking", choices=("hybrid", "slayer", "both"), default="hybrid",
-                    help="our ranking: hybrid (the default) or slayer (SLayer's RRF pipeline), or both")
+    ap.add_argument(
+        "--dense",
+        action="store_true",
+        help="add channel 3 (the offline embedding model; embeds the store's missing vectors first)",
+    )
+    ap.add_argument(
+        "--ablate",
+        default="",
+        metavar="PARTS",
+        help="comma-separated parts of the hybrid ranking to switch off (measure each step): "
+        + ", ".join(ABLATIONS),
+    )
+    ap.add_argument(
+        "--ranking",
+        choices=("hybrid", "slayer", "both"),
+        default="hybrid",
+        help="our ranking: hybrid (the default) or slayer (SLayer's RRF pipeline), or both",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write figures and per-question ranks here")
-    ap.add_argument("--with-memories", action="store_true",
-                    help="also measure memories made from other questions' evidence (see the module doc)")
+    ap.add_argument(
+        "--with-memories",
+        action="store_true",
+        help="also measure memories made from other questions' evidence (see the module doc)",
+    )
     env.add_venv_option(ap)
     args = ap.parse_args(argv)
 
@@ -534,14 +650,23 @@ def main(argv: list[str] | None = None) -> int:
     questions = load_questions(args.questions, gold, args.limit, args.evidence)
     missing_db = sorted({q.db for q in questions if q.db not in gold.datasource})
     unmapped = sum(q.unmapped for q in questions)
-    print(f"[schema-linking] {len(questions)} questions, {len(gold.datasource)} datasources, "
-          f"{len(gold.tables)} tables, {len(gold.columns)} columns; unmapped gold names: {unmapped}"
-          + (f"; databases missing from the store: {missing_db}" if missing_db else ""), file=sys.stderr)
+    print(
+        f"[schema-linking] {len(questions)} questions, {len(gold.datasource)} datasources, "
+        f"{len(gold.tables)} tables, {len(gold.columns)} columns; unmapped gold names: {unmapped}"
+        + (f"; databases missing from the store: {missing_db}" if missing_db else ""),
+        file=sys.stderr,
+    )
 
     scopes = ("db", "all") if args.scope == "both" else (args.scope,)
     calls_by_scope = {
-        s: [{"question": q.text, "datasource": gold.datasource.get(q.db, q.db) if s == "db" else None,
-             "max_results": args.max_results} for q in questions]
+        s: [
+            {
+                "question": q.text,
+                "datasource": gold.datasource.get(q.db, q.db) if s == "db" else None,
+                "max_results": args.max_results,
+            }
+            for q in questions
+        ]
         for s in scopes
     }
     runs: dict[tuple[str, str], Run] = {}
@@ -550,12 +675,15 @@ def main(argv: list[str] | None = None) -> int:
         for ranking in rankings:
             print(f"[schema-linking] ours ({ranking}), scope {s} ...", file=sys.stderr)
             name = f"slayer-lsp {ranking}" + (" +dense" if args.dense else "")
-            runs[(s, name)] = run_ours(store, [{**c, "ranking": ranking} for c in calls_by_scope[s]],
-                                       dense=args.dense)
+            runs[(s, name)] = run_ours(
+                store, [{**c, "ranking": ranking} for c in calls_by_scope[s]], dense=args.dense
+            )
     if args.with_slayer:
         # One SLayer process for every scope: the searches of all scopes in one batch.
-        print(f"[schema-linking] SLayer, {len(scopes) * len(questions)} searches in one process ...",
-              file=sys.stderr)
+        print(
+            f"[schema-linking] SLayer, {len(scopes) * len(questions)} searches in one process ...",
+            file=sys.stderr,
+        )
         batch = [c for s in scopes for c in calls_by_scope[s]]
         theirs = run_slayer(store, batch, args.slayer_venv)
         n = len(questions)
@@ -563,8 +691,22 @@ def main(argv: list[str] | None = None) -> int:
             part = slice(i * n, (i + 1) * n)
             runs[(s, "SLayer 1.4.1")] = Run(theirs.hits[part], theirs.errors[part], theirs.seconds[part])
 
-    headers = ["scope", "subset", "search", "n (col/tab)", "col R@5", "col R@10", "col MRR", "col Full@10",
-               "tab R@5", "tab R@10", "tab MRR", "no result", "errors", "median search"]
+    headers = [
+        "scope",
+        "subset",
+        "search",
+        "n (col/tab)",
+        "col R@5",
+        "col R@10",
+        "col MRR",
+        "col Full@10",
+        "tab R@5",
+        "tab R@10",
+        "tab MRR",
+        "no result",
+        "errors",
+        "median search",
+    ]
     rows, figures = [], []
     for s in scopes:
         for name, idx in subsets(questions):
@@ -573,25 +715,48 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 sc = score([questions[i] for i in idx], [run.hits[i] for i in idx])
                 errors = sum(run.errors[i] is not None for i in idx)
-                rows.append([s, name, engine_name, f"{sc['n_col']}/{sc['n_tab']}",
-                             *(_f(sc["col"][k]) for k in ("R@5", "R@10", "MRR", "Full@10")),
-                             *(_f(sc["tab"][k]) for k in ("R@5", "R@10", "MRR")),
-                             str(sc["no_result"]), str(errors), env.median(run.seconds[i] for i in idx)])
+                rows.append(
+                    [
+                        s,
+                        name,
+                        engine_name,
+                        f"{sc['n_col']}/{sc['n_tab']}",
+                        *(_f(sc["col"][k]) for k in ("R@5", "R@10", "MRR", "Full@10")),
+                        *(_f(sc["tab"][k]) for k in ("R@5", "R@10", "MRR")),
+                        str(sc["no_result"]),
+                        str(errors),
+                        env.median(run.seconds[i] for i in idx),
+                    ]
+                )
                 figures.append({"scope": s, "subset": name, "search": engine_name, **sc, "errors": errors})
-    env.print_table(headers, rows, title=f"## schema linking: {args.questions.name} on {store.name}, "
-                                         f"question only{' + evidence' if args.evidence else ''}, "
-                                         f"max_results={args.max_results}")
+    env.print_table(
+        headers,
+        rows,
+        title=f"## schema linking: {args.questions.name} on {store.name}, "
+        f"question only{' + evidence' if args.evidence else ''}, "
+        f"max_results={args.max_results}",
+    )
     for (s, engine_name), run in runs.items():
         errs = [e for e in run.errors if e]
         if errs:
-            print(f"[schema-linking] {engine_name} scope {s}: {len(errs)} errors, e.g. {errs[0]}", file=sys.stderr)
-    memory_figures = memory_report(args, store, gold, questions, scopes, rankings) if args.with_memories else []
+            print(
+                f"[schema-linking] {engine_name} scope {s}: {len(errs)} errors, e.g. {errs[0]}",
+                file=sys.stderr,
+            )
+    memory_figures = (
+        memory_report(args, store, gold, questions, scopes, rankings) if args.with_memories else []
+    )
     if args.json:
-        per_q = {f"{s}/{e}": [{"id": q.qid, "hits": [i for k, i in r if k == "column"][:10], "error": err}
-                              for q, r, err in zip(questions, run.hits, run.errors, strict=True)]
-                 for (s, e), run in runs.items()}
-        args.json.write_text(json.dumps({"figures": figures, "memory_figures": memory_figures,
-                                         "questions": per_q}, indent=2))
+        per_q = {
+            f"{s}/{e}": [
+                {"id": q.qid, "hits": [i for k, i in r if k == "column"][:10], "error": err}
+                for q, r, err in zip(questions, run.hits, run.errors, strict=True)
+            ]
+            for (s, e), run in runs.items()
+        }
+        args.json.write_text(
+            json.dumps({"figures": figures, "memory_figures": memory_figures, "questions": per_q}, indent=2)
+        )
     return 0
 
 

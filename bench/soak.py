@@ -71,14 +71,19 @@ class Recorder:
 class Traffic:
     """What the client threads ask: drawn from the store and the open documents."""
 
-    def __init__(self, client: StdioClient, store: Path, docs: list[dict[str, Any]], rng: random.Random) -> None:
+    def __init__(
+        self, client: StdioClient, store: Path, docs: list[dict[str, Any]], rng: random.Random
+    ) -> None:
         from slayer_lsp.catalog import load_catalog
 
         cat = load_catalog(store)
         self.client, self.docs = client, docs
         self.pool = request_pool(store, rng)
-        self.refs = [c for c, e in cat.entities.items() if e.kind in ("model", "column", "measure", "memory")
-                     and not e.hidden]
+        self.refs = [
+            c
+            for c, e in cat.entities.items()
+            if e.kind in ("model", "column", "measure", "memory") and not e.hidden
+        ]
         self.models = [mid for mid, m in cat.models.items() if not m.hidden]
         self.saved: collections.deque[str] = collections.deque()
         self.saved_lock = threading.Lock()
@@ -91,8 +96,10 @@ class Traffic:
         if method in ("hover", "completion"):
             doc = rng.choice(self.docs)
             line, col = rng.choice(list(doc["hover" if method == "hover" else "spots"].values()))
-            return f"textDocument/{method}", {"textDocument": {"uri": doc["uri"]},
-                                              "position": {"line": line, "character": col}}
+            return f"textDocument/{method}", {
+                "textDocument": {"uri": doc["uri"]},
+                "position": {"line": line, "character": col},
+            }
         if method == "inspect":
             return "slayer/inspect", {"refs": rng.sample(self.refs, 3)}
         with self.saved_lock:
@@ -101,8 +108,10 @@ class Traffic:
                 return "slayer/forgetMemory", {"id": self.saved.popleft()}
             self.counter += 1
             k = self.counter
-        return "slayer/saveMemory", {"learning": f"Soak note {k}: {probe_word(k)} is how the team reads it.",
-                                     "entities": [rng.choice(self.models)]}
+        return "slayer/saveMemory", {
+            "learning": f"Soak note {k}: {probe_word(k)} is how the team reads it.",
+            "entities": [rng.choice(self.models)],
+        }
 
     def done(self, method: str, result: Any) -> None:
         if method == "slayer/saveMemory":
@@ -120,8 +129,9 @@ def parse_mix(text: str) -> dict[str, float]:
     return mix
 
 
-def client_loop(traffic: Traffic, rec: Recorder, seed: int, period_s: float, stop: threading.Event,
-                mix: dict[str, float]) -> None:
+def client_loop(
+    traffic: Traffic, rec: Recorder, seed: int, period_s: float, stop: threading.Event, mix: dict[str, float]
+) -> None:
     rng = random.Random(seed)
     kinds, weights = list(mix), list(mix.values())
     next_at = time.monotonic()
@@ -143,8 +153,13 @@ def client_loop(traffic: Traffic, rec: Recorder, seed: int, period_s: float, sto
             next_at = time.monotonic()  # behind: no catch-up burst
 
 
-def churn_loop(writer: env.SlayerWriter, models: list[tuple[str, str]], churn_s: float, stop: threading.Event,
-               counts: collections.Counter) -> None:
+def churn_loop(
+    writer: env.SlayerWriter,
+    models: list[tuple[str, str]],
+    churn_s: float,
+    stop: threading.Event,
+    counts: collections.Counter,
+) -> None:
     """SLayer, as another process, one step per tick: add a column to a model, drop it, save a memory,
     forget it; then the next model."""
     tick, memory_id = 0, None
@@ -155,12 +170,15 @@ def churn_loop(writer: env.SlayerWriter, models: list[tuple[str, str]], churn_s:
         word = probe_word(100_000 + cycle)
         try:
             if step == 0:
-                writer.call("add_column", datasource=ds, model=model, name=word, description=f"Soak column {word}")
+                writer.call(
+                    "add_column", datasource=ds, model=model, name=word, description=f"Soak column {word}"
+                )
             elif step == 1:
                 writer.call("drop_column", datasource=ds, model=model, name=word)
             elif step == 2:
-                memory_id = writer.call("save_memory", learning=f"Soak memory {word} from SLayer.",
-                                        entities=[f"{ds}.{model}"])["memory_id"]
+                memory_id = writer.call(
+                    "save_memory", learning=f"Soak memory {word} from SLayer.", entities=[f"{ds}.{model}"]
+                )["memory_id"]
             elif memory_id is not None:
                 writer.call("forget_memory", id=memory_id)
                 memory_id = None
@@ -188,15 +206,40 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
     return None if not den else sum((x - mx) * (y - my) for x, y in points) / den * 3600
 
 
-HEADERS = ["minute", "requests", "errors", "p50", "p99", "search p50", "search p99", "RSS MiB", "peak MiB", "fds",
-           "threads", "store changes", "SLayer writes"]
+HEADERS = [
+    "minute",
+    "requests",
+    "errors",
+    "p50",
+    "p99",
+    "search p50",
+    "search p99",
+    "RSS MiB",
+    "peak MiB",
+    "fds",
+    "threads",
+    "store changes",
+    "SLayer writes",
+]
 
 
 def row_cells(row: dict[str, Any]) -> list[str]:
     f = env.fmt_seconds
-    return [str(row["minute"]), str(row["n"]), str(row["errors"]), f(row["p50"]), f(row["p99"]), f(row["search_p50"]),
-            f(row["search_p99"]), f"{row['rss']:.1f}", f"{row['hwm']:.1f}", str(row["fds"]), str(row["threads"]),
-            str(row["changes"]), str(row["writes"])]
+    return [
+        str(row["minute"]),
+        str(row["n"]),
+        str(row["errors"]),
+        f(row["p50"]),
+        f(row["p99"]),
+        f(row["search_p50"]),
+        f(row["search_p99"]),
+        f"{row['rss']:.1f}",
+        f"{row['hwm']:.1f}",
+        str(row["fds"]),
+        str(row["threads"]),
+        str(row["changes"]),
+        str(row["writes"]),
+    ]
 
 
 def print_row(cells: list[str], widths: list[int]) -> None:
@@ -219,25 +262,41 @@ def drift(rows: list[dict[str, Any]], interval: float) -> None:
 
     label = f"{window} interval(s) of {interval:g} s"
     table = []
-    for name, key, q in (("p50, all requests", "all", 50), ("p99, all requests", "all", 99),
-                         ("p50, search", "search", 50), ("p99, search", "search", 99)):
+    for name, key, q in (
+        ("p50, all requests", "all", 50),
+        ("p99, all requests", "all", 99),
+        ("p50, search", "search", 50),
+        ("p99, search", "search", 99),
+    ):
         a, b = cell(first, key, q), cell(last, key, q)
         table.append([name, env.fmt_seconds(a), env.fmt_seconds(b), ratio(a, b)])
     for name, key in (("RSS MiB (mean)", "rss"), ("fds (mean)", "fds"), ("threads (mean)", "threads")):
         a = sum(r[key] for r in first) / len(first)
         b = sum(r[key] for r in last) / len(last)
         table.append([name, f"{a:.1f}", f"{b:.1f}", ratio(a, b)])
-    env.print_table(["drift", f"first {label}", f"last {label}", "last / first"], table,
-                    title="drift: the start of the run against its end")
+    env.print_table(
+        ["drift", f"first {label}", f"last {label}", "last / first"],
+        table,
+        title="drift: the start of the run against its end",
+    )
     points = [(r["t"], r["rss"]) for r in rows]
     settled = [(t, v) for t, v in points if t > 600]
     all_slope, settled_slope = slope_per_hour(points), slope_per_hour(settled)
-    print(f"RSS slope: {all_slope:+.1f} MiB/h over every interval" if all_slope is not None else
-          "RSS slope: - (one interval)", end="")
-    print(f"; {settled_slope:+.1f} MiB/h after the first 10 minutes" if settled_slope is not None else
-          "; - after the first 10 minutes (run too short)")
-    print(f"RSS first/last/max: {rows[0]['rss']:.1f} / {rows[-1]['rss']:.1f} / {max(r['rss'] for r in rows):.1f} MiB; "
-          f"peak (VmHWM) {rows[-1]['hwm']:.1f} MiB")
+    print(
+        f"RSS slope: {all_slope:+.1f} MiB/h over every interval"
+        if all_slope is not None
+        else "RSS slope: - (one interval)",
+        end="",
+    )
+    print(
+        f"; {settled_slope:+.1f} MiB/h after the first 10 minutes"
+        if settled_slope is not None
+        else "; - after the first 10 minutes (run too short)"
+    )
+    print(
+        f"RSS first/last/max: {rows[0]['rss']:.1f} / {rows[-1]['rss']:.1f} / {max(r['rss'] for r in rows):.1f} MiB; "
+        f"peak (VmHWM) {rows[-1]['hwm']:.1f} MiB"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,14 +305,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=60.0, help="seconds per table row")
     ap.add_argument("--size", default="100x1000", help="MODELSxMEMORIES of the generated store")
     ap.add_argument("--backend", choices=("yaml", "sqlite"), default="yaml")
-    ap.add_argument("--rate", type=float, default=20.0, help="requests per second, all client threads together")
+    ap.add_argument(
+        "--rate", type=float, default=20.0, help="requests per second, all client threads together"
+    )
     ap.add_argument("--threads", type=int, default=2, help="client threads (requests in flight at once)")
     ap.add_argument("--churn-s", type=float, default=5.0, help="seconds between two SLayer writes (0: none)")
-    ap.add_argument("--mix", type=parse_mix, default=dict(MIX),
-                    help="request weights, e.g. search=40,hover=15 (kinds: " + ", ".join(MIX) + ")")
+    ap.add_argument(
+        "--mix",
+        type=parse_mix,
+        default=dict(MIX),
+        help="request weights, e.g. search=40,hover=15 (kinds: " + ", ".join(MIX) + ")",
+    )
     ap.add_argument("--documents", type=int, default=20, help="query documents kept open")
-    ap.add_argument("--max-rss-mib", type=float, default=6144.0,
-                    help="end the run early when the daemon's RSS passes this (protects a shared machine)")
+    ap.add_argument(
+        "--max-rss-mib",
+        type=float,
+        default=6144.0,
+        help="end the run early when the daemon's RSS passes this (protects a shared machine)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work directory (daemon log, store copy)")
     env.add_venv_option(ap)
     args = ap.parse_args(argv)
@@ -263,9 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="soak-", dir=env.work_dir()))
     store = env.copy_store(source, work / ("yaml" if args.backend == "yaml" else "slayer.db"))
     log_path = work / "server.log"
-    print(f"soak: {args.duration:g} s on a {args.backend} store {args.size} ({store}); {args.rate:g} req/s from "
-          f"{args.threads} thread(s), mix {args.mix}; SLayer writes every {args.churn_s:g} s (0: none); daemon log {log_path}",
-          flush=True)
+    print(
+        f"soak: {args.duration:g} s on a {args.backend} store {args.size} ({store}); {args.rate:g} req/s from "
+        f"{args.threads} thread(s), mix {args.mix}; SLayer writes every {args.churn_s:g} s (0: none); daemon log {log_path}",
+        flush=True,
+    )
     client = spawn_daemon(store, work / "cache", log_path)
     writer = None
     try:
@@ -276,12 +347,21 @@ def main(argv: list[str] | None = None) -> int:
         traffic = Traffic(client, store, docs, rng)
         writer = env.SlayerWriter(store, venv=args.slayer_venv, log_path=work / "slayer-writer.log")
         rec, stop, counts = Recorder(), threading.Event(), collections.Counter()
-        threads = [threading.Thread(target=client_loop, args=(traffic, rec, 100 + k, args.threads / args.rate, stop, args.mix),
-                                    daemon=True) for k in range(args.threads)]
+        threads = [
+            threading.Thread(
+                target=client_loop,
+                args=(traffic, rec, 100 + k, args.threads / args.rate, stop, args.mix),
+                daemon=True,
+            )
+            for k in range(args.threads)
+        ]
         models = [(m.split(".", 1)[0], m.split(".", 1)[1]) for m in traffic.models]
         if args.churn_s > 0:
-            threads.append(threading.Thread(target=churn_loop, args=(writer, models, args.churn_s, stop, counts),
-                                            daemon=True))
+            threads.append(
+                threading.Thread(
+                    target=churn_loop, args=(writer, models, args.churn_s, stop, counts), daemon=True
+                )
+            )
         widths = [max(len(h), 9) for h in HEADERS]
         print("| " + " | ".join(h.rjust(w) for h, w in zip(HEADERS, widths, strict=True)) + " |")
         print("|" + "|".join("-" * (w + 2) for w in widths) + "|", flush=True)
@@ -302,20 +382,34 @@ def main(argv: list[str] | None = None) -> int:
             rss, hwm = rss_mb(pid)
             fds, nthreads = proc_counts(pid)
             gen = client.request("slayer/status", {})["generation"]
-            row = {"minute": k, "t": time.monotonic() - start, "n": len(everything), "errors": len(errors),
-                   "all": everything, "search": lat.get("search", []), "lat": lat,
-                   "p50": pct(everything, 50) if everything else None,
-                   "p99": pct(everything, 99) if everything else None,
-                   "search_p50": pct(lat["search"], 50) if lat.get("search") else None,
-                   "search_p99": pct(lat["search"], 99) if lat.get("search") else None,
-                   "rss": rss, "hwm": hwm, "fds": fds, "threads": nthreads, "changes": gen - gen0,
-                   "writes": counts["writes"]}
+            row = {
+                "minute": k,
+                "t": time.monotonic() - start,
+                "n": len(everything),
+                "errors": len(errors),
+                "all": everything,
+                "search": lat.get("search", []),
+                "lat": lat,
+                "p50": pct(everything, 50) if everything else None,
+                "p99": pct(everything, 99) if everything else None,
+                "search_p50": pct(lat["search"], 50) if lat.get("search") else None,
+                "search_p99": pct(lat["search"], 99) if lat.get("search") else None,
+                "rss": rss,
+                "hwm": hwm,
+                "fds": fds,
+                "threads": nthreads,
+                "changes": gen - gen0,
+                "writes": counts["writes"],
+            }
             rows.append(row)
             print_row(row_cells(row), widths)
             if time.monotonic() - start >= args.duration - 1e-6:
                 break
             if rss > args.max_rss_mib:
-                print(f"stopped early: daemon RSS {rss:.0f} MiB is over --max-rss-mib {args.max_rss_mib:g}", flush=True)
+                print(
+                    f"stopped early: daemon RSS {rss:.0f} MiB is over --max-rss-mib {args.max_rss_mib:g}",
+                    flush=True,
+                )
                 break
         stop.set()
         for th in threads:
@@ -325,11 +419,15 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows:
             for method, values in r["lat"].items():
                 by_method[method].extend(values)
-        env.print_table(["method (whole run)", "n", "p50", "p99", "max"],
-                        [[m, len(v), pct(v, 50), pct(v, 99), max(v)] for m, v in sorted(by_method.items())])
+        env.print_table(
+            ["method (whole run)", "n", "p50", "p99", "max"],
+            [[m, len(v), pct(v, 50), pct(v, 99), max(v)] for m, v in sorted(by_method.items())],
+        )
         total = sum(r["n"] for r in rows)
-        print(f"requests {total}, errors {sum(r['errors'] for r in rows)}, SLayer writes {counts['writes']} "
-              f"(failed {counts['write_errors']}), store changes indexed {rows[-1]['changes']}")
+        print(
+            f"requests {total}, errors {sum(r['errors'] for r in rows)}, SLayer writes {counts['writes']} "
+            f"(failed {counts['write_errors']}), store changes indexed {rows[-1]['changes']}"
+        )
         for text, n in errors_seen.most_common(10):
             print(f"  ! {n} x {text}")
     finally:

@@ -91,17 +91,80 @@ CREATE TABLE order_lines (
 );
 """
 
-_FIRST = ["Ada", "Bruno", "Chiara", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kaori",
-          "Luis", "Maren", "Nadia", "Oskar", "Priya", "Quentin", "Rosa", "Sven", "Tomasz", "Uma", "Vera"]
-_LAST = ["Almeida", "Berg", "Costa", "Dubois", "Eriksen", "Fischer", "García", "Haddad", "Ivanova", "Jansen",
-         "Kowalski", "Lindqvist", "Moreau", "Novak", "Okafor", "Petrov", "Rossi", "Silva", "Tanaka", "Weber"]
+_FIRST = [
+    "Ada",
+    "Bruno",
+    "Chiara",
+    "Dmitri",
+    "Elena",
+    "Farid",
+    "Greta",
+    "Hugo",
+    "Ines",
+    "Jonas",
+    "Kaori",
+    "Luis",
+    "Maren",
+    "Nadia",
+    "Oskar",
+    "Priya",
+    "Quentin",
+    "Rosa",
+    "Sven",
+    "Tomasz",
+    "Uma",
+    "Vera",
+]
+_LAST = [
+    "Almeida",
+    "Berg",
+    "Costa",
+    "Dubois",
+    "Eriksen",
+    "Fischer",
+    "García",
+    "Haddad",
+    "Ivanova",
+    "Jansen",
+    "Kowalski",
+    "Lindqvist",
+    "Moreau",
+    "Novak",
+    "Okafor",
+    "Petrov",
+    "Rossi",
+    "Silva",
+    "Tanaka",
+    "Weber",
+]
 _COUNTRIES = ["GB", "US", "FR", "DE", "JP", "BR", "NG", "SE", "IT", "PL"]
-_CITIES = ["London", "Leeds", "Bristol", "Manchester", "Edinburgh", "Cardiff", "York", "Brighton", "Oxford",
-           "Belfast"]
+_CITIES = [
+    "London",
+    "Leeds",
+    "Bristol",
+    "Manchester",
+    "Edinburgh",
+    "Cardiff",
+    "York",
+    "Brighton",
+    "Oxford",
+    "Belfast",
+]
 _GENRES = ["fiction", "mystery", "science", "history", "children", "poetry", "travel", "cookery"]
 _FORMATS = ["hardcover", "paperback", "ebook"]
 _ADJ = ["Silent", "Golden", "Hidden", "Last", "Northern", "Paper", "Quiet", "Restless", "Salt", "Winter"]
-_NOUN = ["Harbour", "Orchard", "Atlas", "Lantern", "Garden", "River", "Archive", "Compass", "Kitchen", "Island"]
+_NOUN = [
+    "Harbour",
+    "Orchard",
+    "Atlas",
+    "Lantern",
+    "Garden",
+    "River",
+    "Archive",
+    "Compass",
+    "Kitchen",
+    "Island",
+]
 
 
 def build_database(path: Path, seed: int = SEED) -> dict[str, int]:
@@ -114,8 +177,9 @@ def build_database(path: Path, seed: int = SEED) -> dict[str, int]:
 
     authors = []
     for i in range(1, 25):
-        authors.append((i, f"{rng.choice(_FIRST)} {rng.choice(_LAST)}", rng.choice(_COUNTRIES),
-                        rng.randint(1930, 1995)))
+        authors.append(
+            (i, f"{rng.choice(_FIRST)} {rng.choice(_LAST)}", rng.choice(_COUNTRIES), rng.randint(1930, 1995))
+        )
     books = []
     titles: set[str] = set()
     for i in range(60):
@@ -127,16 +191,26 @@ def build_database(path: Path, seed: int = SEED) -> dict[str, int]:
         base = {"hardcover": 24.0, "paperback": 11.0, "ebook": 6.0}[fmt]
         price = round(base + rng.randint(0, 16) - 0.01, 2)
         published = date(2005, 1, 1) + timedelta(days=rng.randint(0, 19 * 365))
-        books.append((f"SKU-{1001 + i}", title, rng.randint(1, len(authors)), rng.choice(_GENRES), fmt, price,
-                      published.isoformat()))
+        books.append(
+            (
+                f"SKU-{1001 + i}",
+                title,
+                rng.randint(1, len(authors)),
+                rng.choice(_GENRES),
+                fmt,
+                price,
+                published.isoformat(),
+            )
+        )
     price_of = {b[0]: b[5] for b in books}
     customers = []
     for i in range(1, 81):
         first, last = rng.choice(_FIRST), rng.choice(_LAST)
         email = f"{first.lower()}.{i}@example.org" if rng.random() < 0.85 else None
         joined = date(2022, 1, 1) + timedelta(days=rng.randint(0, 900))
-        customers.append((i, f"{first} {last}", email, rng.choice(_CITIES), joined.isoformat(),
-                          int(rng.random() < 0.35)))
+        customers.append(
+            (i, f"{first} {last}", email, rng.choice(_CITIES), joined.isoformat(), int(rng.random() < 0.35))
+        )
     member = {c[0]: c[5] for c in customers}
     orders, lines = [], []
     for i in range(1, 201):
@@ -164,8 +238,13 @@ def build_database(path: Path, seed: int = SEED) -> dict[str, int]:
     conn.commit()
     conn.execute("VACUUM")
     conn.close()
-    return {"authors": len(authors), "books": len(books), "customers": len(customers), "orders": len(orders),
-            "order_lines": len(lines)}
+    return {
+        "authors": len(authors),
+        "books": len(books),
+        "customers": len(customers),
+        "orders": len(orders),
+        "order_lines": len(lines),
+    }
 
 
 # --------------------------------------------------------------------------- the SLayer store
@@ -176,85 +255,165 @@ DATASOURCE_DESCRIPTION = "Bookshop sales: catalogue, customers, orders and order
 EDITS = {
     "authors": {
         "description": "One row per author in the catalogue",
-        "columns": {"name": {"description": "Author's full name as printed on the cover"},
-                    "country": {"description": "ISO country code of the author's nationality"},
-                    "born_year": {"label": "Year of birth"}},
+        "columns": {
+            "name": {"description": "Author's full name as printed on the cover"},
+            "country": {"description": "ISO country code of the author's nationality"},
+            "born_year": {"label": "Year of birth"},
+        },
     },
     "books": {
         "description": "One row per sellable title and format (the catalogue); keyed by SKU",
-        "columns": {"sku": {"description": "Stock keeping unit, e.g. SKU-1042", "label": "SKU"},
-                    "genre": {"description": "Shelf genre used in the shop's reporting"},
-                    "format": {"description": "hardcover, paperback or ebook"},
-                    "list_price": {"description": "Current catalogue price in pounds", "label": "List price",
-                                   "format": {"type": "currency", "precision": 2, "symbol": "£"}},
-                    "published_on": {"label": "Publication date"}},
+        "columns": {
+            "sku": {"description": "Stock keeping unit, e.g. SKU-1042", "label": "SKU"},
+            "genre": {"description": "Shelf genre used in the shop's reporting"},
+            "format": {"description": "hardcover, paperback or ebook"},
+            "list_price": {
+                "description": "Current catalogue price in pounds",
+                "label": "List price",
+                "format": {"type": "currency", "precision": 2, "symbol": "£"},
+            },
+            "published_on": {"label": "Publication date"},
+        },
     },
     "customers": {
         "description": "One row per registered customer",
-        "columns": {"full_name": {"label": "Customer name"},
-                    "email": {"description": "Contact email; personal data", "hidden": True},
-                    "city": {"description": "Delivery city of the customer's default address"},
-                    "joined_on": {"label": "Joined"},
-                    "is_member": {"description": "True for loyalty-club members (10% off every line)",
-                                  "label": "Member"}},
+        "columns": {
+            "full_name": {"label": "Customer name"},
+            "email": {"description": "Contact email; personal data", "hidden": True},
+            "city": {"description": "Delivery city of the customer's default address"},
+            "joined_on": {"label": "Joined"},
+            "is_member": {
+                "description": "True for loyalty-club members (10% off every line)",
+                "label": "Member",
+            },
+        },
     },
     "orders": {
         "description": "One row per checkout, in any channel",
         "default_time_dimension": "ordered_at",
-        "columns": {"ordered_at": {"description": "Business date of the checkout", "label": "Order date"},
-                    "channel": {"description": "Where the order was placed: web, store or app"},
-                    "status": {"description": "paid, shipped, refunded or cancelled"},
-                    "shipping_fee": {"description": "Delivery charge, once per order; 0 in store",
-                                     "label": "Shipping fee",
-                                     "format": {"type": "currency", "precision": 2, "symbol": "£"}}},
+        "columns": {
+            "ordered_at": {"description": "Business date of the checkout", "label": "Order date"},
+            "channel": {"description": "Where the order was placed: web, store or app"},
+            "status": {"description": "paid, shipped, refunded or cancelled"},
+            "shipping_fee": {
+                "description": "Delivery charge, once per order; 0 in store",
+                "label": "Shipping fee",
+                "format": {"type": "currency", "precision": 2, "symbol": "£"},
+            },
+        },
     },
     "order_lines": {
         "description": "One row per book on an order",
-        "columns": {"quantity": {"description": "Copies of the book on this line"},
-                    "unit_price": {"description": "Price per copy charged on the day, before discount",
-                                   "label": "Unit price",
-                                   "format": {"type": "currency", "precision": 2, "symbol": "£"}},
-                    "discount": {"description": "Fraction taken off the line (members 0.10)",
-                                 "format": {"type": "percent", "precision": 0}},
-                    "line_total": {"description": "quantity * unit_price * (1 - discount), in pounds",
-                                   "label": "Line total",
-                                   "format": {"type": "currency", "precision": 2, "symbol": "£"}}},
-        "measures": [{"name": "revenue", "formula": "sum(line_total)", "label": "Revenue",
-                      "description": "Money taken on the lines, after discounts, before shipping"}],
-        "aggregations": [{"name": "weighted_avg", "formula": "SUM({value} * {weight}) / NULLIF(SUM({weight}), 0)",
-                          "params": [{"name": "weight", "sql": "quantity"}],
-                          "description": "Average of a column weighted by another (default: quantity)"}],
+        "columns": {
+            "quantity": {"description": "Copies of the book on this line"},
+            "unit_price": {
+                "description": "Price per copy charged on the day, before discount",
+                "label": "Unit price",
+                "format": {"type": "currency", "precision": 2, "symbol": "£"},
+            },
+            "discount": {
+                "description": "Fraction taken off the line (members 0.10)",
+                "format": {"type": "percent", "precision": 0},
+            },
+            "line_total": {
+                "description": "quantity * unit_price * (1 - discount), in pounds",
+                "label": "Line total",
+                "format": {"type": "currency", "precision": 2, "symbol": "£"},
+            },
+        },
+        "measures": [
+            {
+                "name": "revenue",
+                "formula": "sum(line_total)",
+                "label": "Revenue",
+                "description": "Money taken on the lines, after discounts, before shipping",
+            }
+        ],
+        "aggregations": [
+            {
+                "name": "weighted_avg",
+                "formula": "SUM({value} * {weight}) / NULLIF(SUM({weight}), 0)",
+                "params": [{"name": "weight", "sql": "quantity"}],
+                "description": "Average of a column weighted by another (default: quantity)",
+            }
+        ],
     },
 }
 
 # (learning, entities, extra CLI flags). Ids are allocated 1.. in this order unless --id is given.
 MEMORIES: list[tuple[str, str | None, list[str]]] = [
-    ("order_lines.line_total already has the discount applied; never subtract the discount again when "
-     "computing revenue.", "shop.order_lines.line_total,shop.order_lines.discount", []),
-    ("Revenue excludes refunded and cancelled orders: keep orders.status in ('paid', 'shipped').",
-     "shop.orders.status,shop.order_lines.revenue", ["--description", "Revenue counts paid and shipped orders only"]),
-    ("SKU-1042 was mispriced at 4.99 during March 2024. Leave its March lines out when analysing prices "
-     "or discounts.", "shop.books.sku,shop.order_lines.unit_price", []),
-    ("Customer emails are personal data and hidden from analysis; count customers by customer_id.",
-     "shop.customers.email,shop.customers", ["--description", "Do not use customer emails"]),
-    ("Shipping fees are charged once per order. Sum shipping_fee over orders, never over order lines, or "
-     "it is counted once per book.\n\nIn-store orders never pay shipping.", "shop.orders.shipping_fee,shop.order_lines", []),
-    ("Loyalty-club members get 10% off every line; the discount column records it, so member revenue is "
-     "already net.", "shop.customers.is_member,shop.order_lines.discount", []),
-    ("For the average selling price use weighted_avg(unit_price) (weighted by quantity), not a plain avg.",
-     "shop.order_lines.weighted_avg,shop.order_lines.unit_price", []),
-    ("The app channel launched on 2024-06-01; earlier orders with channel = 'app' are test traffic.",
-     "shop.orders.channel,shop.orders.ordered_at", ["--description", "App orders before June 2024 are tests"]),
-    ("Paid revenue by genre", None, [
-        "--description", "Example query: revenue of paid orders per book genre",
-        "--query", json.dumps({"source_model": "order_lines",
-                               "measures": [{"formula": "sum(line_total)", "name": "revenue"}],
-                               "dimensions": ["books.genre"], "filters": ["orders.status = 'paid'"]})]),
-    ("The shop database is a nightly copy of the till system, so today's orders appear tomorrow.", "shop",
-     ["--description", "Data lags one day"]),
-    ("How we define revenue: line totals after discount, paid and shipped orders only, without shipping. "
-     "See memory 1 and memory 2.", "memory:1,memory:2,shop.order_lines.revenue",
-     ["--id", "kb.revenue", "--description", "Revenue definition"]),
+    (
+        "order_lines.line_total already has the discount applied; never subtract the discount again when "
+        "computing revenue.",
+        "shop.order_lines.line_total,shop.order_lines.discount",
+        [],
+    ),
+    (
+        "Revenue excludes refunded and cancelled orders: keep orders.status in ('paid', 'shipped').",
+        "shop.orders.status,shop.order_lines.revenue",
+        ["--description", "Revenue counts paid and shipped orders only"],
+    ),
+    (
+        "SKU-1042 was mispriced at 4.99 during March 2024. Leave its March lines out when analysing prices "
+        "or discounts.",
+        "shop.books.sku,shop.order_lines.unit_price",
+        [],
+    ),
+    (
+        "Customer emails are personal data and hidden from analysis; count customers by customer_id.",
+        "shop.customers.email,shop.customers",
+        ["--description", "Do not use customer emails"],
+    ),
+    (
+        "Shipping fees are charged once per order. Sum shipping_fee over orders, never over order lines, or "
+        "it is counted once per book.\n\nIn-store orders never pay shipping.",
+        "shop.orders.shipping_fee,shop.order_lines",
+        [],
+    ),
+    (
+        "Loyalty-club members get 10% off every line; the discount column records it, so member revenue is "
+        "already net.",
+        "shop.customers.is_member,shop.order_lines.discount",
+        [],
+    ),
+    (
+        "For the average selling price use weighted_avg(unit_price) (weighted by quantity), not a plain avg.",
+        "shop.order_lines.weighted_avg,shop.order_lines.unit_price",
+        [],
+    ),
+    (
+        "The app channel launched on 2024-06-01; earlier orders with channel = 'app' are test traffic.",
+        "shop.orders.channel,shop.orders.ordered_at",
+        ["--description", "App orders before June 2024 are tests"],
+    ),
+    (
+        "Paid revenue by genre",
+        None,
+        [
+            "--description",
+            "Example query: revenue of paid orders per book genre",
+            "--query",
+            json.dumps(
+                {
+                    "source_model": "order_lines",
+                    "measures": [{"formula": "sum(line_total)", "name": "revenue"}],
+                    "dimensions": ["books.genre"],
+                    "filters": ["orders.status = 'paid'"],
+                }
+            ),
+        ],
+    ),
+    (
+        "The shop database is a nightly copy of the till system, so today's orders appear tomorrow.",
+        "shop",
+        ["--description", "Data lags one day"],
+    ),
+    (
+        "How we define revenue: line totals after discount, paid and shipped orders only, without shipping. "
+        "See memory 1 and memory 2.",
+        "memory:1,memory:2,shop.order_lines.revenue",
+        ["--id", "kb.revenue", "--description", "Revenue definition"],
+    ),
 ]
 
 # Runs in the SLayer venv; argv: storage path, edits JSON, first created_at.
@@ -333,8 +492,10 @@ def _cli(python: Path, home: str, *args: str) -> str:
     env = senv.slayer_env(home, {PLACEHOLDER: str(DATA_DIR)})
     proc = subprocess.run([str(python), "-m", "slayer", *args], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise SystemExit(f"slayer {' '.join(args[:3])} ... failed (exit {proc.returncode}):\n"
-                         f"{proc.stdout[-1500:]}\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"slayer {' '.join(args[:3])} ... failed (exit {proc.returncode}):\n"
+            f"{proc.stdout[-1500:]}\n{proc.stderr[-3000:]}"
+        )
     return proc.stdout
 
 
@@ -343,8 +504,20 @@ def build_store(storage: Path, python: Path, venv: str | None) -> None:
     st = str(storage)
     extra = {PLACEHOLDER: str(DATA_DIR)}
     with tempfile.TemporaryDirectory(prefix="slayer-home-") as home:
-        _cli(python, home, "datasources", "--storage", st, "create", CONNECTION, "--name", "shop",
-             "--description", DATASOURCE_DESCRIPTION, "-y")
+        _cli(
+            python,
+            home,
+            "datasources",
+            "--storage",
+            st,
+            "create",
+            CONNECTION,
+            "--name",
+            "shop",
+            "--description",
+            DATASOURCE_DESCRIPTION,
+            "-y",
+        )
         _cli(python, home, "ingest", "--datasource", "shop", "--storage", st)
         _cli(python, home, "search", "refresh-samples", "--storage", st)
         senv.run_in_slayer(_API_EDITS, st, "edit", json.dumps(EDITS), env=extra, venv=venv)
@@ -390,7 +563,9 @@ def verify(yaml_store: Path, sqlite_store: Path, venv: str | None) -> list[str]:
     ours_y = {k: doc.value for k, doc in cats["yaml"].docs.items()}
     ours_s = {k: doc.value for k, doc in cats["sqlite"].docs.items()}
     if ours_y != ours_s:
-        diff = sorted(f"{k.kind}:{k.name}" for k in ours_y.keys() | ours_s.keys() if ours_y.get(k) != ours_s.get(k))
+        diff = sorted(
+            f"{k.kind}:{k.name}" for k in ours_y.keys() | ours_s.keys() if ours_y.get(k) != ours_s.get(k)
+        )
         problems.append(f"our reader sees different documents in the two stores: {diff}")
     if set(cats["yaml"].models) != set(a["models"]) or set(cats["yaml"].memories) != set(a["memories"]):
         problems.append("our reader and SLayer disagree on which models/memories exist")
@@ -432,8 +607,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         _publish(built_yaml, SHOP / "store")
         _publish(built_db, SHOP / "store.db")
-    print(f"wrote {(SHOP / 'store').relative_to(REPO)}/ and {(SHOP / 'store.db').relative_to(REPO)}; "
-          "both stores load the same documents with no issues", file=sys.stderr)
+    print(
+        f"wrote {(SHOP / 'store').relative_to(REPO)}/ and {(SHOP / 'store.db').relative_to(REPO)}; "
+        "both stores load the same documents with no issues",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -75,13 +75,21 @@ class Connection:
     # -- messages
 
     def notify(self, method: str, params: Any = None) -> None:
-        self._write({"jsonrpc": "2.0", "method": method, **({"params": params} if params is not None else {})})
+        self._write(
+            {"jsonrpc": "2.0", "method": method, **({"params": params} if params is not None else {})}
+        )
 
     def request(self, method: str, params: Any = None, timeout: float = 120.0) -> Any:
         """Send a request and wait for its result; raises ``RpcError`` for an error response."""
         rid = next(self._ids)
-        self._write({"jsonrpc": "2.0", "id": rid, "method": method,
-                     **({"params": params} if params is not None else {})})
+        self._write(
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "method": method,
+                **({"params": params} if params is not None else {}),
+            }
+        )
         while True:
             try:
                 msg = self._inbox.get(timeout=timeout)
@@ -113,29 +121,48 @@ class Connection:
             return self.proc.wait()
 
 
-def run(storage: str, question: str, refs: list[str], *, python: str = sys.executable,
-        embeddings: bool = True, quiet: bool = False) -> dict[str, Any]:
+def run(
+    storage: str,
+    question: str,
+    refs: list[str],
+    *,
+    python: str = sys.executable,
+    embeddings: bool = True,
+    quiet: bool = False,
+) -> dict[str, Any]:
     """Start the daemon on ``storage``, search and inspect, stop it; returns the two results, why the
     store cannot be read (or None) and the daemon's exit code."""
     if "://" not in storage:  # the daemon's locations are file URIs: give it an absolute path
         storage = os.path.abspath(storage)
-    conn = Connection([python, "-m", "slayer_lsp", "serve", "--storage", storage],
-                      stderr=subprocess.DEVNULL if quiet else None)
+    conn = Connection(
+        [python, "-m", "slayer_lsp", "serve", "--storage", storage],
+        stderr=subprocess.DEVNULL if quiet else None,
+    )
     try:
-        init = conn.request("initialize", {
-            "processId": None, "rootUri": None, "capabilities": {},
-            "clientInfo": {"name": "slayer-example-client", "version": "1"},
-            # the daemon's options; without embeddings only the lexical search channels run
-            "initializationOptions": {"embedding": {"enable": embeddings}},
-        })
+        init = conn.request(
+            "initialize",
+            {
+                "processId": None,
+                "rootUri": None,
+                "capabilities": {},
+                "clientInfo": {"name": "slayer-example-client", "version": "1"},
+                # the daemon's options; without embeddings only the lexical search channels run
+                "initializationOptions": {"embedding": {"enable": embeddings}},
+            },
+        )
         conn.notify("initialized", {})
         search = conn.request("slayer/search", {"question": question, "max_results": 5})
         inspect = conn.request("slayer/inspect", {"refs": refs})
         status = conn.request("slayer/status", {})  # is the store readable? (answers at once)
     finally:
         code = conn.close()
-    return {"server": init.get("serverInfo"), "search": search, "inspect": inspect,
-            "store_error": status.get("server_error") or status.get("error"), "exit_code": code}
+    return {
+        "server": init.get("serverInfo"),
+        "search": search,
+        "inspect": inspect,
+        "store_error": status.get("server_error") or status.get("error"),
+        "exit_code": code,
+    }
 
 
 def show(out: dict[str, Any]) -> str:
@@ -158,7 +185,9 @@ def show(out: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Search and inspect a SLayer store through the slayer-lsp daemon.")
+    p = argparse.ArgumentParser(
+        description="Search and inspect a SLayer store through the slayer-lsp daemon."
+    )
     p.add_argument("--storage", required=True, help="the store: a YAML directory or a SQLite file")
     p.add_argument("--question", default="revenue by store")
     p.add_argument("--ref", action="append", dest="refs", help="a reference to inspect (repeatable)")
@@ -168,8 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="hide the daemon's log (its stderr)")
     args = p.parse_args(argv)
     try:
-        out = run(args.storage, args.question, args.refs or ["orders"], python=args.python,
-                  embeddings=not args.no_embeddings, quiet=args.quiet)
+        out = run(
+            args.storage,
+            args.question,
+            args.refs or ["orders"],
+            python=args.python,
+            embeddings=not args.no_embeddings,
+            quiet=args.quiet,
+        )
     except (RpcError, ConnectionError, TimeoutError, OSError) as exc:
         print(f"example_client: {exc}", file=sys.stderr)
         return 1

@@ -51,8 +51,11 @@ def render_file_schemas() -> dict[str, str]:
     which the VS Code extension copies at build time for its YAML and JSON services."""
     from slayer_lsp.analysis.schemas import KINDS, schema
 
-    return {f"{kind}-file.schema.json": json.dumps(schema(kind), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-            for kind in KINDS}
+    return {
+        f"{kind}-file.schema.json": json.dumps(schema(kind), indent=2, sort_keys=True, ensure_ascii=False)
+        + "\n"
+        for kind in KINDS
+    }
 
 
 def render_mcp_tools() -> str:
@@ -69,8 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     wanted = render()
     present = {p.name for p in SCHEMAS.glob("*.json")} if SCHEMAS.is_dir() else set()
-    stale = sorted(n for n, text in wanted.items()
-                   if not (SCHEMAS / n).is_file() or (SCHEMAS / n).read_text(encoding="utf-8") != text)
+    stale = sorted(
+        n
+        for n, text in wanted.items()
+        if not (SCHEMAS / n).is_file() or (SCHEMAS / n).read_text(encoding="utf-8") != text
+    )
     extra = sorted(present - set(wanted))
     tools_text = render_mcp_tools()
     tools_stale = not MCP_TOOLS.is_file() or MCP_TOOLS.read_text(encoding="utf-8") != tools_text
@@ -81,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"out of date: protocol/schemas/{name}", file=sys.stderr)
         for name in extra:
             print(f"not generated: protocol/schemas/{name}", file=sys.stderr)
-        files_stale = [n for n, text in render_file_schemas().items() if not (FILE_SCHEMAS / n).is_file()
-                       or (FILE_SCHEMAS / n).read_text(encoding="utf-8") != text]
+        files_stale = [
+            n
+            for n, text in render_file_schemas().items()
+            if not (FILE_SCHEMAS / n).is_file() or (FILE_SCHEMAS / n).read_text(encoding="utf-8") != text
+        ]
         for name in files_stale:
             print(f"out of date: protocol/file-schemas/{name}", file=sys.stderr)
         return 1 if stale or extra or tools_stale or files_stale else 0
@@ -92,8 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in extra:
         (SCHEMAS / name).unlink()
     files = render_file_schemas()
-    files_stale = sorted(n for n, text in files.items() if not (FILE_SCHEMAS / n).is_file()
-                         or (FILE_SCHEMAS / n).read_text(encoding="utf-8") != text)
+    files_stale = sorted(
+        n
+        for n, text in files.items()
+        if not (FILE_SCHEMAS / n).is_file() or (FILE_SCHEMAS / n).read_text(encoding="utf-8") != text
+    )
     FILE_SCHEMAS.mkdir(exist_ok=True)
     for name in files_stale:
         (FILE_SCHEMAS / name).write_text(files[name], encoding="utf-8")

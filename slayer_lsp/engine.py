@@ -55,11 +55,21 @@ class RefreshStats:
 
 
 class Engine:
-    def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None, *,
-                 graph: bool = True, compact_after_s: float | None = None, use_cache: bool = True,
-                 dense: str = "off", embedding_model: str | None = None, switch_model: bool = False,
-                 embedding_provider: EmbeddingProvider | None = None, parts: bool = True, scope: Scope | None = None,
-                 embed_config: WorkerConfig | None = None):
+    def __init__(
+        self,
+        storage: str | os.PathLike[str] | StoreLocation | None = None,
+        *,
+        graph: bool = True,
+        compact_after_s: float | None = None,
+        use_cache: bool = True,
+        dense: str = "off",
+        embedding_model: str | None = None,
+        switch_model: bool = False,
+        embedding_provider: EmbeddingProvider | None = None,
+        parts: bool = True,
+        scope: Scope | None = None,
+        embed_config: WorkerConfig | None = None,
+    ):
         """``dense``: "off"; "stored" (rank the vectors already in the store's embeddings table, embed
         nothing but questions: the one-shot CLI); "live" (also embed what is missing or changes, in a
         background worker: the daemon). ``parts``: with the dense channel, also keep the part vectors
@@ -135,7 +145,10 @@ class Engine:
                         cache = StoreCache(self.location, cache.root / f"scope-{self.scope.key()}")
                 try:
                     indexes = SearchIndexes.build(catalog, graph=self._graph_enabled, cache=cache)
-                except (ValueError, OSError) as exc:  # the cached index cannot be brought up to date (disk full)
+                except (
+                    ValueError,
+                    OSError,
+                ) as exc:  # the cached index cannot be brought up to date (disk full)
                     if cache is None:
                         raise
                     log.warning("cannot use the on-disk index cache (%s); indexing in memory", exc)
@@ -167,9 +180,14 @@ class Engine:
                 try:
                     indexes = self._state.search.apply(catalog, delta)
                 except (ValueError, OSError) as exc:  # an on-disk index could not commit (disk full, ...)
-                    log.warning("cannot update the on-disk full-text index (%s); rebuilding it in memory", exc)
+                    log.warning(
+                        "cannot update the on-disk full-text index (%s); rebuilding it in memory", exc
+                    )
                     indexes = SearchIndexes.build(catalog, graph=self._graph_enabled)
-                    indexes.ram_live, indexes.dense = self._compact_after_s is not None, self._dense_view(full)
+                    indexes.ram_live, indexes.dense = (
+                        self._compact_after_s is not None,
+                        self._dense_view(full),
+                    )
                 if self.dense is not None and self.dense.parts is not None:
                     from slayer_lsp.embed.parts import feed_parts
 
@@ -193,7 +211,9 @@ class Engine:
                 if was is None:
                     self.stats.unreadable_since = time.time()
             elif was is not None:
-                log.info("store readable again after %.1f s", time.time() - (self.stats.unreadable_since or 0))
+                log.info(
+                    "store readable again after %.1f s", time.time() - (self.stats.unreadable_since or 0)
+                )
                 self.stats.unreadable_since = None
             self._schedule_compaction()
             if first:
@@ -265,7 +285,8 @@ class Engine:
             from slayer_lsp.embed.worker import EmbeddingWorker, WorkerConfig
 
             provider = self._embedding_provider or provider_for(
-                self._embedding_model or configured_model_name(dict(os.environ)))
+                self._embedding_model or configured_model_name(dict(os.environ))
+            )
             if self._dense_mode == "stored" and not VectorStore.for_store(self.location).count(provider.name):
                 log.info("dense channel off: no stored vectors of %s in this store", provider.name)
                 return None
@@ -273,9 +294,17 @@ class Engine:
             parts = self._part_vectors(catalog, provider) if self._parts else None
             config = self._embed_config or WorkerConfig()
             if self._reach is not None:  # a scoped session backfills only what it reaches: pruning
-                config = replace(config, parts=replace(config.parts, prune=False))  # would drop the others' parts
-            worker = EmbeddingWorker(self.location, provider, items=items, switch_model=self._switch_model,
-                                     parts=parts, config=config)
+                config = replace(
+                    config, parts=replace(config.parts, prune=False)
+                )  # would drop the others' parts
+            worker = EmbeddingWorker(
+                self.location,
+                provider,
+                items=items,
+                switch_model=self._switch_model,
+                parts=parts,
+                config=config,
+            )
             if self._dense_mode == "stored":
                 worker.wait_idle(timeout=60)  # the stored vectors, loaded once
                 if worker.parts is not None:
@@ -321,7 +350,9 @@ class Engine:
             if search is not None:
                 search.save_cache()
         except Exception as exc:  # noqa: BLE001 - the cache is an optimisation, never a failure
-            log.warning("cannot record the on-disk caches (%s: %s); serving from memory", type(exc).__name__, exc)
+            log.warning(
+                "cannot record the on-disk caches (%s: %s); serving from memory", type(exc).__name__, exc
+            )
 
     def compact(self) -> bool:
         """Rebuild the full-text indexes so their statistics match a fresh build; requests keep

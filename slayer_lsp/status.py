@@ -27,28 +27,43 @@ def engine_status(engine) -> StatusReport:  # noqa: ANN001 - Engine, imported la
     if engine.dense is not None:
         st = engine.dense.status()  # under a scope its counts are the reachable vectors' only
         emb = {**msgspec.to_builtins(st), "warnings": st.warnings()}
-    return StatusReport(version=__version__, store=str(engine.location.path), backend=engine.location.backend,
-                        generation=cat.generation, readable=cat.fatal is None, error=cat.fatal,
-                        counts=dict(sorted(counts.items())), load_issues=cat.issue_count,
-                        last_refresh_ms=round(engine.stats.last_refresh_s * 1000, 1), embedding=emb)
+    return StatusReport(
+        version=__version__,
+        store=str(engine.location.path),
+        backend=engine.location.backend,
+        generation=cat.generation,
+        readable=cat.fatal is None,
+        error=cat.fatal,
+        counts=dict(sorted(counts.items())),
+        load_issues=cat.issue_count,
+        last_refresh_ms=round(engine.stats.last_refresh_s * 1000, 1),
+        embedding=emb,
+    )
 
 
 def format_status(r: StatusReport) -> str:
-    lines = [f"slayer-lsp {r.version}", f"store: {r.store} ({r.backend})",
-             "state: " + ("readable" if r.readable else f"UNREADABLE, serving the last good snapshot: {r.error}"),
-             "entities: " + ", ".join(f"{n} {k}" for k, n in r.counts.items()),
-             f"load issues: {r.load_issues}"]
+    lines = [
+        f"slayer-lsp {r.version}",
+        f"store: {r.store} ({r.backend})",
+        "state: " + ("readable" if r.readable else f"UNREADABLE, serving the last good snapshot: {r.error}"),
+        "entities: " + ", ".join(f"{n} {k}" for k, n in r.counts.items()),
+        f"load issues: {r.load_issues}",
+    ]
     e = r.embedding
     if e is None:
         lines.append("embeddings: off (no stored vectors for the configured model; run `slayer-lsp embed`)")
     else:
-        lines.append(f"embeddings: {e['model']} dim={e['dim']} state={e['state']} rows={e['rows']} "
-                     f"pending={e['pending']} failed={e['failed']}"
-                     + (f" last error: {e['last_error']}" if e["last_error"] else ""))
+        lines.append(
+            f"embeddings: {e['model']} dim={e['dim']} state={e['state']} rows={e['rows']} "
+            f"pending={e['pending']} failed={e['failed']}"
+            + (f" last error: {e['last_error']}" if e["last_error"] else "")
+        )
         lines.extend(f"  warning: {w}" for w in e["warnings"])
         parts = e.get("parts")
         if parts:
-            lines.append(f"  part vectors (facets): state={parts['state']} rows={parts['rows']} "
-                         f"pending={parts['pending']} failed={parts['failed']} "
-                         + " ".join(f"{k}={n}" for k, n in parts["kinds"].items()))
+            lines.append(
+                f"  part vectors (facets): state={parts['state']} rows={parts['rows']} "
+                f"pending={parts['pending']} failed={parts['failed']} "
+                + " ".join(f"{k}={n}" for k, n in parts["kinds"].items())
+            )
     return "\n".join(lines)

@@ -41,8 +41,11 @@ def watch_quiet_ms() -> int:
                 return value
         except ValueError:
             pass
-        log.warning("SLAYER_LSP_WATCH_QUIET_MS=%r is not a number of milliseconds (0..10000); using %d",
-                    raw, DEFAULT_WATCH_QUIET_MS)
+        log.warning(
+            "SLAYER_LSP_WATCH_QUIET_MS=%r is not a number of milliseconds (0..10000); using %d",
+            raw,
+            DEFAULT_WATCH_QUIET_MS,
+        )
     return DEFAULT_WATCH_QUIET_MS
 
 
@@ -55,10 +58,12 @@ def _is_document_path(rel: tuple[str, ...]) -> bool:
     name = rel[-1]
     if name.startswith(".") and not (len(rel) == 2 and rel[0] == "memories" and name.endswith(".md")):
         return False
-    return (rel == ("priority.yaml",)
-            or (len(rel) == 2 and rel[0] == "datasources" and name.endswith(_YAML_SUFFIXES))
-            or (len(rel) == 3 and rel[0] == "models" and name.endswith(_YAML_SUFFIXES))
-            or (len(rel) == 2 and rel[0] == "memories" and name.endswith(".md")))
+    return (
+        rel == ("priority.yaml",)
+        or (len(rel) == 2 and rel[0] == "datasources" and name.endswith(_YAML_SUFFIXES))
+        or (len(rel) == 3 and rel[0] == "models" and name.endswith(_YAML_SUFFIXES))
+        or (len(rel) == 2 and rel[0] == "memories" and name.endswith(".md"))
+    )
 
 
 def document_paths(location: StoreLocation, paths: Iterable[str]) -> list[str] | None:
@@ -96,8 +101,15 @@ class StoreWatcher:
 
     POLL_STEP_MS = 10
 
-    def __init__(self, location: StoreLocation, on_change: Callable[[set[str]], None], *, quiet_ms: int = 50,
-                 max_wait_ms: int = 1000, force_polling: bool | None = None):
+    def __init__(
+        self,
+        location: StoreLocation,
+        on_change: Callable[[set[str]], None],
+        *,
+        quiet_ms: int = 50,
+        max_wait_ms: int = 1000,
+        force_polling: bool | None = None,
+    ):
         self.location = location
         self.on_change = on_change
         self.quiet_ms = quiet_ms
@@ -107,15 +119,19 @@ class StoreWatcher:
         self._changes: queue.SimpleQueue[set[str]] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self.watching: Path | None = None  # the directory being watched right now
-        self._rescan_at: float | None = None  # time.monotonic() of a whole re-read asked for by request_rescan
+        self._rescan_at: float | None = (
+            None  # time.monotonic() of a whole re-read asked for by request_rescan
+        )
 
     # ----- lifecycle
 
     def start(self) -> None:
         if self._threads:
             return
-        self._threads = [threading.Thread(target=self._run, name="slayer-store-watch", daemon=True),
-                         threading.Thread(target=self._debounce, name="slayer-store-refresh", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._run, name="slayer-store-watch", daemon=True),
+            threading.Thread(target=self._debounce, name="slayer-store-refresh", daemon=True),
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -156,7 +172,10 @@ class StoreWatcher:
         store = self.location.path
         if self.location.backend == "sqlite":
             return path.parent == store.parent and path.name in (
-                store.name, f"{store.name}-journal", f"{store.name}-wal")
+                store.name,
+                f"{store.name}-journal",
+                f"{store.name}-wal",
+            )
         try:
             rel = path.relative_to(store)
         except ValueError:
@@ -177,11 +196,19 @@ class StoreWatcher:
             self.watching = directory
             log.info("watching %s for store changes (%s)", directory, self.location)
             try:
-                for changes in watch(directory, watch_filter=lambda _c, p: self._relevant(p),
-                                     debounce=self.max_wait_ms, step=self.POLL_STEP_MS, stop_event=self._stop,
-                                     rust_timeout=1000, yield_on_timeout=False, raise_interrupt=False,
-                                     recursive=self.location.backend == "yaml" or not present,
-                                     force_polling=self.force_polling, ignore_permission_denied=True):
+                for changes in watch(
+                    directory,
+                    watch_filter=lambda _c, p: self._relevant(p),
+                    debounce=self.max_wait_ms,
+                    step=self.POLL_STEP_MS,
+                    stop_event=self._stop,
+                    rust_timeout=1000,
+                    yield_on_timeout=False,
+                    raise_interrupt=False,
+                    recursive=self.location.backend == "yaml" or not present,
+                    force_polling=self.force_polling,
+                    ignore_permission_denied=True,
+                ):
                     self._changes.put({p for _, p in changes})
                     if self._target() != (directory, present):
                         self._changes.put({str(self.location.path)})
@@ -210,7 +237,9 @@ class StoreWatcher:
                     break
             if self._stop.is_set():
                 return
-            self._rescan_at = None  # this call re-reads; the handler asks again if the store is still unreadable
+            self._rescan_at = (
+                None  # this call re-reads; the handler asks again if the store is still unreadable
+            )
             try:
                 self.on_change(paths)
             except Exception:  # noqa: BLE001 - a failed refresh must not stop the watching

@@ -42,9 +42,16 @@ def require_renderer() -> tuple[str, str]:
 def render(texts: list[str], linkify: bool = True) -> list[str]:
     """The HTML markdown-it makes of each text (raw HTML enabled: the worst case)."""
     node, node_path = require_renderer()
-    proc = subprocess.run([node, str(SCRIPT)], input=json.dumps({"linkify": linkify, "texts": texts}),
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "NODE_PATH": node_path},
-                          encoding="utf-8", errors="surrogateescape")
+    proc = subprocess.run(
+        [node, str(SCRIPT)],
+        input=json.dumps({"linkify": linkify, "texts": texts}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NODE_PATH": node_path},
+        encoding="utf-8",
+        errors="surrogateescape",
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

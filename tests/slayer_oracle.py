@@ -34,8 +34,10 @@ def slayer_python() -> str | None:
     return None
 
 
-SKIP_REASON = ("motley-slayer venv not found (set SLAYER_BENCH_VENV, or run a benchmark once to create "
-               "bench/.work/slayer-venv); the SLayer compatibility checks need it as an oracle")
+SKIP_REASON = (
+    "motley-slayer venv not found (set SLAYER_BENCH_VENV, or run a benchmark once to create "
+    "bench/.work/slayer-venv); the SLayer compatibility checks need it as an oracle"
+)
 if os.environ.get("CI") and slayer_python() is None:
     raise RuntimeError("CI must provide the motley-slayer oracle venv: " + SKIP_REASON)
 
@@ -51,7 +53,7 @@ def slayer_env(home: Path | None = None) -> dict[str, str]:
 
 # The oracle program, run by the SLayer venv's interpreter. Each op answers {"ok": ...} or
 # {"error": "<Type>: <message>"}.
-ORACLE = r'''
+ORACLE = r"""
 import asyncio, json, sys
 from slayer.core.query import SlayerQuery
 from slayer.memories.models import Memory
@@ -104,7 +106,7 @@ async def main():
 
 
 asyncio.run(main())
-'''
+"""
 
 
 def ask(ops: list[dict[str, Any]], *, timeout: float = 300.0) -> list[dict[str, Any]]:
@@ -112,8 +114,14 @@ def ask(ops: list[dict[str, Any]], *, timeout: float = 300.0) -> list[dict[str, 
     python = slayer_python()
     if python is None:
         raise RuntimeError(SKIP_REASON)
-    proc = subprocess.run([python, "-c", ORACLE], input=json.dumps(ops), capture_output=True, text=True,
-                          timeout=timeout, env=slayer_env())
+    proc = subprocess.run(
+        [python, "-c", ORACLE],
+        input=json.dumps(ops),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=slayer_env(),
+    )
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         raise RuntimeError(f"SLayer oracle failed ({proc.returncode}): {proc.stderr[-2000:]}")

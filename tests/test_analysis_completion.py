@@ -7,8 +7,19 @@ import pytest
 from slayer_lsp.analysis import completion as comp
 from slayer_lsp.analysis import parsed_file as dm
 
-ORDERS_LEAVES = ["id", "customer_id", "store_id", "ordered_at", "status", "subtotal", "tax_paid", "order_total",
-                 "discount_code", "total_revenue", "avg_nonzero"]
+ORDERS_LEAVES = [
+    "id",
+    "customer_id",
+    "store_id",
+    "ordered_at",
+    "status",
+    "subtotal",
+    "tax_paid",
+    "order_total",
+    "discount_code",
+    "total_revenue",
+    "avg_nonzero",
+]
 ORDERS_COLUMNS = ORDERS_LEAVES[:9]
 ORDERS_JOINS = ["stores", "customers", "order_items"]  # declared both ways: order_items joins to orders
 
@@ -25,28 +36,56 @@ def labels(result) -> list[str]:
 
 
 CASES = [
-    pytest.param("source_model: orders\ndimensions:\n  - §\n", ORDERS_LEAVES + ORDERS_JOINS + ["jaffle", "supplies"],
-                 id="dimension-item"),
+    pytest.param(
+        "source_model: orders\ndimensions:\n  - §\n",
+        ORDERS_LEAVES + ORDERS_JOINS + ["jaffle", "supplies"],
+        id="dimension-item",
+    ),
     pytest.param("source_model: orders\nmeasures: [sum(§\n", ORDERS_COLUMNS + ORDERS_JOINS, id="inside-sum"),
-    pytest.param("source_model: orders\nmeasures:\n  - formula: count_distinct(cust§)\n", ORDERS_COLUMNS + ORDERS_JOINS,
-                 id="inside-call-in-formula-key"),
-    pytest.param("source_model: orders\ndimensions: [stores.§]\n",
-                 ["id", "name", "city", "opened_at", "tax_rate", "orders"], id="join-path"),
-    pytest.param("source_model: order_items\ndimensions: [product.§]\n",
-                 ["sku", "name", "type", "price", "description", "stores", "order_items"], id="named-join"),
-    pytest.param("source_model: orders\nfilters:\n  - status = 'x' and customers.§\n",
-                 ["id", "name", "city", "income_band", "signup_date", "fax_number", "orders"],
-                 id="filter-hidden-column-absent"),
-    pytest.param("source_model: orders\norder:\n  - column: §\n", ORDERS_LEAVES + ORDERS_JOINS + ["jaffle", "supplies"],
-                 id="order"),
-    pytest.param("source_model: §\n", ["customers", "order_items", "orders", "products", "stores", "supplies"],
-                 id="source-model"),
-    pytest.param("dimensions: [jaffle.§]\n", ["customers", "order_items", "orders", "products", "stores"],
-                 id="canonical-datasource-hidden-model-absent"),
+    pytest.param(
+        "source_model: orders\nmeasures:\n  - formula: count_distinct(cust§)\n",
+        ORDERS_COLUMNS + ORDERS_JOINS,
+        id="inside-call-in-formula-key",
+    ),
+    pytest.param(
+        "source_model: orders\ndimensions: [stores.§]\n",
+        ["id", "name", "city", "opened_at", "tax_rate", "orders"],
+        id="join-path",
+    ),
+    pytest.param(
+        "source_model: order_items\ndimensions: [product.§]\n",
+        ["sku", "name", "type", "price", "description", "stores", "order_items"],
+        id="named-join",
+    ),
+    pytest.param(
+        "source_model: orders\nfilters:\n  - status = 'x' and customers.§\n",
+        ["id", "name", "city", "income_band", "signup_date", "fax_number", "orders"],
+        id="filter-hidden-column-absent",
+    ),
+    pytest.param(
+        "source_model: orders\norder:\n  - column: §\n",
+        ORDERS_LEAVES + ORDERS_JOINS + ["jaffle", "supplies"],
+        id="order",
+    ),
+    pytest.param(
+        "source_model: §\n",
+        ["customers", "order_items", "orders", "products", "stores", "supplies"],
+        id="source-model",
+    ),
+    pytest.param(
+        "dimensions: [jaffle.§]\n",
+        ["customers", "order_items", "orders", "products", "stores"],
+        id="canonical-datasource-hidden-model-absent",
+    ),
     pytest.param("dimensions: [jaffle.orders.§]\n", ORDERS_LEAVES + ORDERS_JOINS, id="canonical-model"),
-    pytest.param('{"source_model": "orders", "time_dimensions": ["month(§', ORDERS_COLUMNS + ORDERS_JOINS, id="json"),
-    pytest.param("source_model: orders\ndimen§\n", [f for f in dm.QUERY_FIELDS if f != "source_model"],
-                 id="field-names"),
+    pytest.param(
+        '{"source_model": "orders", "time_dimensions": ["month(§', ORDERS_COLUMNS + ORDERS_JOINS, id="json"
+    ),
+    pytest.param(
+        "source_model: orders\ndimen§\n",
+        [f for f in dm.QUERY_FIELDS if f != "source_model"],
+        id="field-names",
+    ),
     pytest.param("source_model: orders\nlimit: §\n", None, id="not-a-reference"),
 ]
 
@@ -62,13 +101,22 @@ def test_query_completion(yaml_catalog, marked, expected):
 
 MEMORY_CASES = [
     pytest.param("---\nentities:\n- §\n---\n", ["jaffle", "supplies", "memory:"], id="empty-tag"),
-    pytest.param("---\nentities:\n- jaffle.§\n---\n", ["customers", "order_items", "orders", "products", "stores"],
-                 id="datasource-children"),
-    pytest.param("---\nentities: [jaffle.stores.§]\n---\n", ["id", "name", "city", "opened_at", "tax_rate"],
-                 id="model-children-no-joins"),
+    pytest.param(
+        "---\nentities:\n- jaffle.§\n---\n",
+        ["customers", "order_items", "orders", "products", "stores"],
+        id="datasource-children",
+    ),
+    pytest.param(
+        "---\nentities: [jaffle.stores.§]\n---\n",
+        ["id", "name", "city", "opened_at", "tax_rate"],
+        id="model-children-no-joins",
+    ),
     pytest.param("---\nentities:\n- memory:§\n---\n", None, id="memory-ids"),
-    pytest.param("---\nentities:\n- jaffle.customers.§\n---\n",
-                 ["id", "name", "city", "income_band", "signup_date", "fax_number"], id="hidden-column-absent"),
+    pytest.param(
+        "---\nentities:\n- jaffle.customers.§\n---\n",
+        ["id", "name", "city", "income_band", "signup_date", "fax_number"],
+        id="hidden-column-absent",
+    ),
 ]
 
 
@@ -87,8 +135,11 @@ def test_items_carry_kind_detail_and_replace_range(yaml_catalog):
     assert (city.kind, city.insert_text, city.canonical) == ("column", "city", "jaffle.stores.city")
     assert city.detail.startswith("TEXT")
     assert res.replace == dm.Span(1, 20, 22)  # only the segment being typed is replaced
-    measure = next(i for i in run(yaml_catalog, "source_model: orders\nmeasures: [§]\n").items
-                   if i.label == "total_revenue")
+    measure = next(
+        i
+        for i in run(yaml_catalog, "source_model: orders\nmeasures: [§]\n").items
+        if i.label == "total_revenue"
+    )
     assert measure.kind == "measure" and "sum(order_total)" in measure.detail
     join = next(i for i in res.items if i.label == "orders")
     assert join.kind == "join" and join.canonical == "jaffle.orders"

@@ -18,25 +18,60 @@ def run(catalog, marked: str, kind: str = "query", path: str = "q.query.yaml", m
 
 
 CASES = [
-    pytest.param("source_model: orders\ndimensions: [sta§tus]\n",
-                 ["**column** `jaffle.orders.status` · `TEXT`", "**Label:** Order status",
-                  'Sample values:** `["completed", "returned", "pending"]`', "**Distinct count:** 3"], id="column"),
-    pytest.param("source_model: orders\ndimensions: [i§d]\n", ["`jaffle.orders.id` · `INT` · primary key",
-                                                             "**Format:** integer"], id="primary-key-and-format"),
-    pytest.param("source_model: orders\nmeasures: [sum(subtot§al)]\n",
-                 ["**Format:** currency, precision 2, symbol $", "Pre-tax order amount, in dollars."], id="in-call"),
-    pytest.param("source_model: ord§ers\n",
-                 ["**model** `jaffle.orders`", "**Columns (9):** `id INT`", "**Measures:** `total_revenue`",
-                  "**Aggregations:** `avg_nonzero`", "`stores` on `store_id = stores.id`"], id="model"),
-    pytest.param("source_model: orders\nmeasures: [total_rev§enue]\n",
-                 ["**measure** `jaffle.orders.total_revenue`", "**Formula:** `sum(order_total)`"], id="measure"),
-    pytest.param("source_model: orders\nmeasures: [avg_non§zero(tax_paid)]\n",
-                 ["**aggregation** `jaffle.orders.avg_nonzero`", "AVG(NULLIF({value}, 0))"], id="custom-aggregation"),
-    pytest.param("dimensions: [jaff§le.orders.status]\n", ["**column** `jaffle.orders.status`"], id="canonical"),
-    pytest.param("source_model: orders\ndimensions: [stors§.city]\n",
-                 ["**Unknown reference** `stors.city`", "neither a known datasource nor a saved model"], id="unknown"),
-    pytest.param("dimensions: [na§me]\n",
-                 ["**Ambiguous reference** `name`", "Qualify as '&lt;model&gt;.name'"], id="ambiguous-bare-name"),
+    pytest.param(
+        "source_model: orders\ndimensions: [sta§tus]\n",
+        [
+            "**column** `jaffle.orders.status` · `TEXT`",
+            "**Label:** Order status",
+            'Sample values:** `["completed", "returned", "pending"]`',
+            "**Distinct count:** 3",
+        ],
+        id="column",
+    ),
+    pytest.param(
+        "source_model: orders\ndimensions: [i§d]\n",
+        ["`jaffle.orders.id` · `INT` · primary key", "**Format:** integer"],
+        id="primary-key-and-format",
+    ),
+    pytest.param(
+        "source_model: orders\nmeasures: [sum(subtot§al)]\n",
+        ["**Format:** currency, precision 2, symbol $", "Pre-tax order amount, in dollars."],
+        id="in-call",
+    ),
+    pytest.param(
+        "source_model: ord§ers\n",
+        [
+            "**model** `jaffle.orders`",
+            "**Columns (9):** `id INT`",
+            "**Measures:** `total_revenue`",
+            "**Aggregations:** `avg_nonzero`",
+            "`stores` on `store_id = stores.id`",
+        ],
+        id="model",
+    ),
+    pytest.param(
+        "source_model: orders\nmeasures: [total_rev§enue]\n",
+        ["**measure** `jaffle.orders.total_revenue`", "**Formula:** `sum(order_total)`"],
+        id="measure",
+    ),
+    pytest.param(
+        "source_model: orders\nmeasures: [avg_non§zero(tax_paid)]\n",
+        ["**aggregation** `jaffle.orders.avg_nonzero`", "AVG(NULLIF({value}, 0))"],
+        id="custom-aggregation",
+    ),
+    pytest.param(
+        "dimensions: [jaff§le.orders.status]\n", ["**column** `jaffle.orders.status`"], id="canonical"
+    ),
+    pytest.param(
+        "source_model: orders\ndimensions: [stors§.city]\n",
+        ["**Unknown reference** `stors.city`", "neither a known datasource nor a saved model"],
+        id="unknown",
+    ),
+    pytest.param(
+        "dimensions: [na§me]\n",
+        ["**Ambiguous reference** `name`", "Qualify as '&lt;model&gt;.name'"],
+        id="ambiguous-bare-name",
+    ),
 ]
 
 
@@ -64,14 +99,20 @@ def test_memory_tag_hover_marks_stale_tags(yaml_catalog):
 
 
 def test_stale_tag_hover_says_why(yaml_catalog):
-    h = run(yaml_catalog, "---\nentities:\n- jaffle.customers.loyalty§_tier\n---\n", kind="memory",
-            path="/w/memories/x.md")
+    h = run(
+        yaml_catalog,
+        "---\nentities:\n- jaffle.customers.loyalty§_tier\n---\n",
+        kind="memory",
+        path="/w/memories/x.md",
+    )
     assert h.markdown.startswith("**Stale tag**") and "not a join target" in h.markdown
 
 
 def test_skipped_reference_explains(yaml_catalog):
-    h = run(yaml_catalog, "source_model: orders\nmeasures: [{formula: 'sum(subtotal)', name: net}]\n"
-                          "filters: [ne§t > 1]\n")
+    h = run(
+        yaml_catalog,
+        "source_model: orders\nmeasures: [{formula: 'sum(subtotal)', name: net}]\nfilters: [ne§t > 1]\n",
+    )
     assert "a name this query defines" in h.markdown
 
 
@@ -79,12 +120,15 @@ def test_no_hover_off_references(yaml_catalog):
     assert run(yaml_catalog, "source_model: orders\nlimit: 1§0\n") is None
 
 
-@pytest.mark.parametrize(("text", "escaped"), [
-    ("*bold* <b>x</b> [l](u)", r"\*bold\* &lt;b&gt;x&lt;/b&gt; \[l\](u)"),
-    ("# not a heading", r"\# not a heading"),
-    ("- not a list\n1. nor this", "\\- not a list\n1\\. nor this"),
-    ("a_b `c` | d ~ e & f", r"a\_b \`c\` \| d \~ e &amp; f"),
-])
+@pytest.mark.parametrize(
+    ("text", "escaped"),
+    [
+        ("*bold* <b>x</b> [l](u)", r"\*bold\* &lt;b&gt;x&lt;/b&gt; \[l\](u)"),
+        ("# not a heading", r"\# not a heading"),
+        ("- not a list\n1. nor this", "\\- not a list\n1\\. nor this"),
+        ("a_b `c` | d ~ e & f", r"a\_b \`c\` \| d \~ e &amp; f"),
+    ],
+)
 def test_escape(text, escaped):
     assert hv.escape(text) == escaped
 

@@ -13,8 +13,11 @@ from slayer_lsp.store import fastyaml
 from slayer_lsp.store.cache import StoreCache
 from tests.conftest import YAML_STORE
 
-CALLS = [{"question": "monthly revenue by store"}, {"question": "supply cost", "datasource": "supplies"},
-         {"entities": ["jaffle.orders.status"], "question": "tax"}]
+CALLS = [
+    {"question": "monthly revenue by store"},
+    {"question": "supply cost", "datasource": "supplies"},
+    {"entities": ["jaffle.orders.status"], "question": "tax"},
+]
 
 
 @pytest.fixture()

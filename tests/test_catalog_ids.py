@@ -13,14 +13,17 @@ from slayer_lsp.catalog.ids import (
 )
 
 
-@pytest.mark.parametrize(("canonical", "datasource", "model", "depth", "model_id", "leaf_id"), [
-    ("jaffle", "jaffle", None, 0, False, False),
-    ("jaffle.orders", "jaffle", "jaffle.orders", 1, True, False),
-    ("jaffle.orders.amount", "jaffle", "jaffle.orders", 2, False, True),
-    ("jaffle.orders.a.b", "jaffle", "jaffle.orders", 3, False, True),  # a name holding a dot
-    ("memory:42", "memory:42", None, 0, False, False),
-    ("memory:a.b.c", "memory:a", None, 2, False, False),  # a memory ref is never an entity id
-])
+@pytest.mark.parametrize(
+    ("canonical", "datasource", "model", "depth", "model_id", "leaf_id"),
+    [
+        ("jaffle", "jaffle", None, 0, False, False),
+        ("jaffle.orders", "jaffle", "jaffle.orders", 1, True, False),
+        ("jaffle.orders.amount", "jaffle", "jaffle.orders", 2, False, True),
+        ("jaffle.orders.a.b", "jaffle", "jaffle.orders", 3, False, True),  # a name holding a dot
+        ("memory:42", "memory:42", None, 0, False, False),
+        ("memory:a.b.c", "memory:a", None, 2, False, False),  # a memory ref is never an entity id
+    ],
+)
 def test_ids_taken_apart(canonical, datasource, model, depth, model_id, leaf_id):
     assert datasource_of(canonical) == datasource
     assert model_of(canonical) == model

@@ -24,8 +24,14 @@ STALE_TAG = "jaffle.customers.loyalty_tier"  # memory 5 of the jaffle store tags
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "slayer_lsp", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "slayer_lsp", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def line_of(path: Path, needle: str, occurrence: int = 1) -> tuple[int, int]:
@@ -75,10 +81,14 @@ def broken(tmp_path_factory):
     orders = store / "models" / "jaffle" / "orders.yaml"
     replace_in(orders, "measures:\n", "measures:\n- formula: count(*)\n  name: total_revenue\n")
     replace_in(orders, "aggregations:\n", "aggregations:\n- name: status\n  formula: MAX({value})\n")
-    (store / "models" / "supplies" / "broken.yaml").write_text("name: broken\ncolumns: [\n  - x\n", encoding="utf-8")
+    (store / "models" / "supplies" / "broken.yaml").write_text(
+        "name: broken\ncolumns: [\n  - x\n", encoding="utf-8"
+    )
     queries = root / "repo" / "queries"
     queries.mkdir(parents=True)
-    (queries / "bad.yaml").write_text("source_model: orders\ndimensions: [stauts, status]\n", encoding="utf-8")
+    (queries / "bad.yaml").write_text(
+        "source_model: orders\ndimensions: [stauts, status]\n", encoding="utf-8"
+    )
     (queries / "good.yaml").write_text("source_model: orders\ndimensions: [status]\n", encoding="utf-8")
     (queries / "notes.txt").write_text("not a query: stauts\n", encoding="utf-8")
     return root
@@ -90,12 +100,20 @@ def broken_sqlite(tmp_path_factory):
     root = tmp_path_factory.mktemp("check-sqlite")
     db = copy_store(SQLITE_STORE, root / "store.db")
     with sqlite3.connect(db) as conn:
-        (data,) = conn.execute("SELECT data FROM models WHERE data_source='jaffle' AND name='order_items'").fetchone()
+        (data,) = conn.execute(
+            "SELECT data FROM models WHERE data_source='jaffle' AND name='order_items'"
+        ).fetchone()
         model = json.loads(data)
         model["joins"][0]["target_model"] = "prodcts"
-        conn.execute("UPDATE models SET data=? WHERE data_source='jaffle' AND name='order_items'", (json.dumps(model),))
-        conn.execute("UPDATE settings SET value=? WHERE key='datasource_priority'", (json.dumps(["jaffle", "nope"]),))
-        conn.execute("INSERT INTO models (data_source, name, data) VALUES ('supplies', 'broken', '{not json')")
+        conn.execute(
+            "UPDATE models SET data=? WHERE data_source='jaffle' AND name='order_items'", (json.dumps(model),)
+        )
+        conn.execute(
+            "UPDATE settings SET value=? WHERE key='datasource_priority'", (json.dumps(["jaffle", "nope"]),)
+        )
+        conn.execute(
+            "INSERT INTO models (data_source, name, data) VALUES ('supplies', 'broken', '{not json')"
+        )
     return root
 
 
@@ -114,8 +132,10 @@ def json_findings(proc: subprocess.CompletedProcess[str]) -> list[dict]:
 
 
 def keyed(findings: list[dict]) -> set[tuple[str, int, int, str, str]]:
-    return {(f["path"], f["range"]["start"]["line"], f["range"]["start"]["column"], f["severity"], f["code"])
-            for f in findings}
+    return {
+        (f["path"], f["range"]["start"]["line"], f["range"]["start"]["column"], f["severity"], f["code"])
+        for f in findings
+    }
 
 
 # --------------------------------------------------------------------------- what is found
@@ -142,10 +162,18 @@ def test_yaml_store_findings(broken):
         (rel(orders), dup[0], dup[1] + len("name: "), "error", "duplicate-leaf"),
         (rel(orders), *agg, "warning", "duplicate-leaf"),
         (rel(store / "memories" / "5.md"), *tag, "warning", "stale-tag"),
-        (rel(store / "memories" / "8.md"), *line_of(store / "memories" / "8.md", "jaffle.customers.email"),
-         "information", "hidden-tag"),
-        (rel(store / "memories" / "9.md"), *line_of(store / "memories" / "9.md", "jaffle.supplies"),
-         "information", "hidden-tag"),
+        (
+            rel(store / "memories" / "8.md"),
+            *line_of(store / "memories" / "8.md", "jaffle.customers.email"),
+            "information",
+            "hidden-tag",
+        ),
+        (
+            rel(store / "memories" / "9.md"),
+            *line_of(store / "memories" / "9.md", "jaffle.supplies"),
+            "information",
+            "hidden-tag",
+        ),
         (rel(store / "models" / "supplies" / "broken.yaml"), 3, 3, "error", "load-issue"),  # the YAML error
     }
     assert keyed(got) == expected
@@ -177,7 +205,9 @@ def test_fixture_store_exit_codes(store, tmp_path):
     default = run("check", "--storage", str(path), cwd=tmp_path)
     assert default.returncode == 0, default.stderr
     assert f"warning[stale-tag] memory:5: stale tag '{STALE_TAG}'" in default.stdout
-    assert default.stdout.rstrip().splitlines()[-1].startswith("Found 0 errors, 1 warning, 2 notes in the store")
+    assert (
+        default.stdout.rstrip().splitlines()[-1].startswith("Found 0 errors, 1 warning, 2 notes in the store")
+    )
     strict = run("--check", "--storage", str(path), "--fail-on", "warning", cwd=tmp_path)
     assert strict.returncode == 1
     assert strict.stdout == default.stdout
@@ -194,9 +224,12 @@ def test_query_files_and_directories(broken):
     """Directories are walked with the server's file patterns; a file matching none is skipped."""
     proc = run("--check", "--storage", "store", "repo", "--format", "json", cwd=broken)
     docs = [f for f in json_findings(proc) if f["source"] == "slayer"]
-    assert [(f["path"], f["range"]["start"]["line"], f["range"]["start"]["column"], f["code"]) for f in docs] == \
-        [("repo/queries/bad.yaml", 2, 14, "unknown-entity")]
-    assert docs[0]["message"] == "Entity 'stauts' not found in any datasource (checked all known datasources)."
+    assert [
+        (f["path"], f["range"]["start"]["line"], f["range"]["start"]["column"], f["code"]) for f in docs
+    ] == [("repo/queries/bad.yaml", 2, 14, "unknown-entity")]
+    assert (
+        docs[0]["message"] == "Entity 'stauts' not found in any datasource (checked all known datasources)."
+    )
     assert docs[0]["range"]["end"] == {"line": 2, "column": 20}
     one = run("--check", "--storage", "store", "repo/queries/good.yaml", cwd=broken)
     assert "queries/good.yaml" not in one.stdout and "and 1 file." in one.stdout
@@ -216,8 +249,10 @@ def test_whole_store_walked_as_documents(tmp_path):
     proc = run("check", "--storage", str(YAML_STORE), str(YAML_STORE), "--format", "json", cwd=tmp_path)
     found = json_findings(proc)
     assert [(Path(f["path"]).name, f["code"], f["source"]) for f in found] == [
-        ("5.md", "stale-tag", "slayer"), ("8.md", "hidden-tag", "slayer-store"),
-        ("9.md", "hidden-tag", "slayer-store")]
+        ("5.md", "stale-tag", "slayer"),
+        ("8.md", "hidden-tag", "slayer-store"),
+        ("9.md", "hidden-tag", "slayer-store"),
+    ]
 
 
 def test_text_format(broken):
@@ -226,7 +261,9 @@ def test_text_format(broken):
     pattern = re.compile(r"^[^:]+:\d+:\d+: (error|warning|information|hint)\[[a-z-]+\] .+$")
     assert all(pattern.match(line) for line in lines[:-1]), lines
     assert "repo/queries/bad.yaml:2:14: error[unknown-entity] Entity 'stauts' not found" in proc.stdout
-    assert lines[-1] == (f"Found 5 errors, 3 warnings, 2 notes in the store yaml:{broken / 'store'} and 2 files.")
+    assert lines[-1] == (
+        f"Found 5 errors, 3 warnings, 2 notes in the store yaml:{broken / 'store'} and 2 files."
+    )
     findings = json_findings(run("check", "--storage", "store", "repo", "--format", "json", cwd=broken))
     assert len(lines) - 1 == len(findings)
 
@@ -268,10 +305,19 @@ def test_json_shape(broken):
 def test_github_escaping_units():
     assert ck.escape_data("100% sure\r\nnext") == "100%25 sure%0D%0Anext"
     assert ck.escape_property("a:b,c%d\ne") == "a%3Ab%2Cc%25d%0Ae"
-    report = ck.Report([ck.Result("dir,x/a:b.yaml", 3, 2, 3, 7, "information", "hidden-tag", "50%\nof it: ok, yes",
-                                  "slayer")], "yaml:/s", 1)
-    assert ck.format_github(report) == ("::notice file=dir%2Cx/a%3Ab.yaml,line=3,col=2,endLine=3,endColumn=7,"
-                                        "title=slayer-lsp (hidden-tag)::50%25%0Aof it: ok, yes\n")
+    report = ck.Report(
+        [
+            ck.Result(
+                "dir,x/a:b.yaml", 3, 2, 3, 7, "information", "hidden-tag", "50%\nof it: ok, yes", "slayer"
+            )
+        ],
+        "yaml:/s",
+        1,
+    )
+    assert ck.format_github(report) == (
+        "::notice file=dir%2Cx/a%3Ab.yaml,line=3,col=2,endLine=3,endColumn=7,"
+        "title=slayer-lsp (hidden-tag)::50%25%0Aof it: ok, yes\n"
+    )
 
 
 def test_github_format(broken):
@@ -280,20 +326,30 @@ def test_github_format(broken):
     weird.parent.mkdir(exist_ok=True)
     weird.write_text("---\nentities:\n- jaffle.orders.x%y\n---\nA learning.\n", encoding="utf-8")
     try:
-        proc = run("check", "--storage", "store", str(weird.relative_to(broken)), "--format", "github", cwd=broken)
+        proc = run(
+            "check", "--storage", "store", str(weird.relative_to(broken)), "--format", "github", cwd=broken
+        )
     finally:
         weird.unlink()
     assert proc.returncode == 1  # the store's own errors
     lines = proc.stdout.splitlines()
-    command = re.compile(r"^::(error|warning|notice) file=([^,:]*),line=(\d+),col=(\d+),endLine=(\d+),"
-                         r"endColumn=(\d+),title=slayer-lsp \(([a-z-]+)\)::(.*)$")
+    command = re.compile(
+        r"^::(error|warning|notice) file=([^,:]*),line=(\d+),col=(\d+),endLine=(\d+),"
+        r"endColumn=(\d+),title=slayer-lsp \(([a-z-]+)\)::(.*)$"
+    )
     assert all(command.match(line) for line in lines), lines
     mine = [m for m in map(command.match, lines) if "memories/a" in m.group(2)]
     assert len(mine) == 1
     m = mine[0]
     assert m.group(2) == "repo/memories/a%2Cb%3Ac%25.md"
-    assert (m.group(1), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7)) == \
-        ("warning", "3", "3", "3", "20", "stale-tag")
+    assert (m.group(1), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7)) == (
+        "warning",
+        "3",
+        "3",
+        "3",
+        "20",
+        "stale-tag",
+    )
     assert m.group(8).startswith("stale tag 'jaffle.orders.x%25y': ")
     assert "%" not in m.group(8).replace("%25", "")
     assert "Found " in proc.stderr and "Found " not in proc.stdout  # the summary goes to the log
@@ -312,7 +368,11 @@ def validate_sarif(log: dict) -> None:
     ids = [r["id"] for r in rules]
     assert len(ids) == len(set(ids))
     for r in rules:
-        assert r["shortDescription"]["text"] and r["defaultConfiguration"]["level"] in ("error", "warning", "note")
+        assert r["shortDescription"]["text"] and r["defaultConfiguration"]["level"] in (
+            "error",
+            "warning",
+            "note",
+        )
     assert run_["columnKind"] in ("utf16CodeUnits", "unicodeCodePoints")
     bases = run_.get("originalUriBaseIds", {})
     for base in bases.values():
@@ -327,8 +387,10 @@ def validate_sarif(log: dict) -> None:
         if "uriBaseId" in art:
             assert art["uriBaseId"] in bases and not art["uri"].startswith("/")
         region = loc["physicalLocation"]["region"]
-        assert all(isinstance(region[k], int) and region[k] >= 1
-                   for k in ("startLine", "startColumn", "endLine", "endColumn"))
+        assert all(
+            isinstance(region[k], int) and region[k] >= 1
+            for k in ("startLine", "startColumn", "endLine", "endColumn")
+        )
         assert (region["endLine"], region["endColumn"]) >= (region["startLine"], region["startColumn"])
 
 
@@ -341,11 +403,20 @@ def test_sarif(broken):
     assert [r["id"] for r in run_["tool"]["driver"]["rules"]] == list(all_codes())
     findings = json_findings(run("check", "--storage", "store", "repo", "--format", "json", cwd=broken))
     level = {"error": "error", "warning": "warning", "information": "note", "hint": "note"}
-    as_sarif = [(r["ruleId"], r["level"], r["message"]["text"], r["locations"][0]["physicalLocation"]
-                 ["artifactLocation"]["uri"], r["locations"][0]["physicalLocation"]["region"]["startLine"])
-                for r in run_["results"]]
-    assert as_sarif == [(f["code"], level[f["severity"]], f["message"], f["path"], f["range"]["start"]["line"])
-                        for f in findings]
+    as_sarif = [
+        (
+            r["ruleId"],
+            r["level"],
+            r["message"]["text"],
+            r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+            r["locations"][0]["physicalLocation"]["region"]["startLine"],
+        )
+        for r in run_["results"]
+    ]
+    assert as_sarif == [
+        (f["code"], level[f["severity"]], f["message"], f["path"], f["range"]["start"]["line"])
+        for f in findings
+    ]
     assert run_["originalUriBaseIds"]["SRCROOT"]["uri"] == broken.resolve().as_uri() + "/"
 
 
@@ -369,8 +440,11 @@ def test_cli_uses_the_servers_diagnostics(broken):
     catalog = load_catalog(broken / "store")
     direct = diag.diagnose(dm.parse_document(path.read_text(), "query", str(path)), catalog)
     report = ck.run_check([str(path)], str(broken / "store"), cwd=str(broken))
-    mine = [(r.line - 1, r.column - 1, r.end_column - 1, r.severity, r.code, r.message)
-            for r in report.results if r.source == "slayer"]
+    mine = [
+        (r.line - 1, r.column - 1, r.end_column - 1, r.severity, r.code, r.message)
+        for r in report.results
+        if r.source == "slayer"
+    ]
     assert mine == [(x.span.line, x.span.start, x.span.end, x.severity, x.code, x.message) for x in direct]
 
 
@@ -396,8 +470,9 @@ async def test_cli_and_editor_agree(broken, tmp_path):
     query.write_text(EDITOR_QUERY, encoding="utf-8")
     memory = store / "memories" / "5.md"
     files = [query, memory]
-    client = await start_client(store, "visual-studio-code",
-                                {"diagnostics": {"debounceMs": 0}, "embedding": {"enable": False}})
+    client = await start_client(
+        store, "visual-studio-code", {"diagnostics": {"debounceMs": 0}, "embedding": {"enable": False}}
+    )
     try:
         editor: list[tuple] = []
         for f in files:
@@ -417,13 +492,27 @@ async def test_cli_and_editor_agree(broken, tmp_path):
 
             for d in await diagnostics(client, uri):
                 sev = {1: "error", 2: "warning", 3: "information", 4: "hint"}[int(d.severity)]
-                editor.append((os.path.abspath(f), d.range.start.line + 1, cp(d.range.start) + 1,
-                               d.range.end.line + 1, cp(d.range.end) + 1, sev, str(d.code), d.message, d.source))
+                editor.append(
+                    (
+                        os.path.abspath(f),
+                        d.range.start.line + 1,
+                        cp(d.range.start) + 1,
+                        d.range.end.line + 1,
+                        cp(d.range.end) + 1,
+                        sev,
+                        str(d.code),
+                        d.message,
+                        d.source,
+                    )
+                )
     finally:
         await stop_client(client)
     report = ck.run_check([str(f) for f in files], str(store), cwd=str(tmp_path / "elsewhere"))
-    cli = [(r.path, r.line, r.column, r.end_line, r.end_column, r.severity, r.code, r.message, r.source)
-           for r in report.results if r.source == "slayer"]
+    cli = [
+        (r.path, r.line, r.column, r.end_line, r.end_column, r.severity, r.code, r.message, r.source)
+        for r in report.results
+        if r.source == "slayer"
+    ]
     assert sorted(editor) == sorted(cli)
     codes = {row[6] for row in cli}
     assert {"unknown-entity", "hidden-entity", "unknown-query-field", "stale-tag"} <= codes

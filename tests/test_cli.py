@@ -14,8 +14,13 @@ from tests.conftest import EXPECTED, SQLITE_STORE, YAML_STORE
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "slayer_lsp", *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "slayer_lsp", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_version():
@@ -26,12 +31,31 @@ def test_version():
 @pytest.mark.parametrize("store", [YAML_STORE, SQLITE_STORE])
 def test_search_json_has_slayers_shape(store):
     expected = json.loads((EXPECTED / "10_e_join_path_and_agg.json").read_text())["response"]
-    out = run("search", "--storage", str(store), "--entity", "sum(orders.order_total)",
-              "--entity", "orders.customers.city", "--format", "json", "--ranking", "slayer")
+    out = run(
+        "search",
+        "--storage",
+        str(store),
+        "--entity",
+        "sum(orders.order_total)",
+        "--entity",
+        "orders.customers.city",
+        "--format",
+        "json",
+        "--ranking",
+        "slayer",
+    )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert list(got) == ["results", "resolved_input_entities", "warnings"]
-    assert list(got["results"][0]) == ["kind", "id", "score", "text", "description", "matched_entities", "query"]
+    assert list(got["results"][0]) == [
+        "kind",
+        "id",
+        "score",
+        "text",
+        "description",
+        "matched_entities",
+        "query",
+    ]
     assert got == expected
 
 
@@ -47,16 +71,21 @@ def test_search_text_and_query_file(tmp_path):
 
 
 def test_search_storage_from_environment():
-    out = run("search", "--question", "PROD-4471", "--format", "json", env={"SLAYER_STORAGE": str(SQLITE_STORE)})
+    out = run(
+        "search", "--question", "PROD-4471", "--format", "json", env={"SLAYER_STORAGE": str(SQLITE_STORE)}
+    )
     assert out.returncode == 0 and json.loads(out.stdout)["results"][0]["id"] == "3"
 
 
-@pytest.mark.parametrize("args,code,message", [
-    (["--datasource", "warehouse", "--question", "x"], 1, "datasource 'warehouse' not found"),
-    (["--max-results", "0", "--question", "x"], 1, "max_results must be >= 1"),
-    (["--query", "{not json"], 2, "--query"),
-    (["--cypher-filter", "MATCH (n) DETACH DELETE n RETURN n.id AS id"], 1, "cypher_filter"),
-])
+@pytest.mark.parametrize(
+    "args,code,message",
+    [
+        (["--datasource", "warehouse", "--question", "x"], 1, "datasource 'warehouse' not found"),
+        (["--max-results", "0", "--question", "x"], 1, "max_results must be >= 1"),
+        (["--query", "{not json"], 2, "--query"),
+        (["--cypher-filter", "MATCH (n) DETACH DELETE n RETURN n.id AS id"], 1, "cypher_filter"),
+    ],
+)
 def test_search_errors(args, code, message):
     out = run("search", "--storage", str(YAML_STORE), *args)
     assert out.returncode == code and message in out.stderr and out.stdout == ""
@@ -98,16 +127,27 @@ def test_embed_status_and_dense_search(tmp_path):
     from slayer_lsp.texts.statements import CatalogItems
 
     n = len(load_catalog(store).searchable_ids())  # hidden models and columns are not embedded
-    distinct = len({item.text for item in CatalogItems(load_catalog(store))})  # identical texts: embedded once
+    distinct = len(
+        {item.text for item in CatalogItems(load_catalog(store))}
+    )  # identical texts: embedded once
     out = run("embed", "--storage", str(store))
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith(f"local/all-MiniLM-L6-v2-int8: {n} rows, {distinct} embedded now, "
-                                 f"{n - distinct} reused")
+    assert out.stdout.startswith(
+        f"local/all-MiniLM-L6-v2-int8: {n} rows, {distinct} embedded now, {n - distinct} reused"
+    )
     status = json.loads(run("status", "--storage", str(store), "--format", "json").stdout)
     assert status["embedding"]["rows"] == n and status["embedding"]["dim"] == 384
     # a question that shares no word with the answer is found by meaning
-    words = run("search", "--storage", str(store), "--question", "zip code of the shop", "--no-dense",
-                "--format", "json")
+    words = run(
+        "search",
+        "--storage",
+        str(store),
+        "--question",
+        "zip code of the shop",
+        "--no-dense",
+        "--format",
+        "json",
+    )
     dense = run("search", "--storage", str(store), "--question", "zip code of the shop", "--format", "json")
     assert dense.returncode == 0, dense.stderr
     ids_words = [h["id"] for h in json.loads(words.stdout)["results"]]

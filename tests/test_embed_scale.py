@@ -42,19 +42,36 @@ def store(tmp_path):
 
 
 def test_kinds_are_ranked_memories_first_parts_last():
-    order = ["memory", "datasource", "model", "measure", "column", "memory#piece", "model#meaning",
-             "column#values"]
+    order = [
+        "memory",
+        "datasource",
+        "model",
+        "measure",
+        "column",
+        "memory#piece",
+        "model#meaning",
+        "column#values",
+    ]
     ranks = [priority(kind) for kind in order]
     assert ranks == sorted(ranks) and ranks[0] == 0
-    assert priority("measure") == priority("aggregation") and priority("column#meaning") == priority("column#values")
-    assert priority("some-new-kind") > priority("column") and priority("some-new-kind") < priority("memory#piece")
+    assert priority("measure") == priority("aggregation") and priority("column#meaning") == priority(
+        "column#values"
+    )
+    assert priority("some-new-kind") > priority("column") and priority("some-new-kind") < priority(
+        "memory#piece"
+    )
     assert set(KIND_RANK) >= {"memory", "datasource", "model", "measure", "aggregation", "column"}
 
 
 def test_work_queue_takes_the_highest_tier_first_and_replaces_in_place():
     q = WorkQueue()
-    for cid, kind in [("ds.m.a", "column"), ("ds.m", "model"), ("ds.m.a#values", "column#values"),
-                      ("memory:1", "memory"), ("ds.m.b", "column")]:
+    for cid, kind in [
+        ("ds.m.a", "column"),
+        ("ds.m", "model"),
+        ("ds.m.a#values", "column#values"),
+        ("memory:1", "memory"),
+        ("ds.m.b", "column"),
+    ]:
         q.put(EmbedItem(cid, kind, cid))
     q.put(EmbedItem("ds.m.a", "column", "newer text"))  # replaces the queued text, keeps its place
     assert len(q) == 5 and "ds.m" in q and "nope" not in q
@@ -81,6 +98,7 @@ def test_ranked_items_walk_the_catalog_by_rank_and_cover_it_exactly():
 def test_a_fresh_store_gets_memories_and_models_before_columns(store):
     """The order vectors land in on a fresh store: every memory, datasource, model and measure
     before the first column, and every entity before the first part."""
+
     class Recording(FakeProvider):
         def __init__(self):
             super().__init__(dim=8)
@@ -97,8 +115,11 @@ def test_a_fresh_store_gets_memories_and_models_before_columns(store):
         known = provider.by_text.get(item.text)
         if known is None or priority(item.kind) < priority(known):
             provider.by_text[item.text] = item.kind
-    config = WorkerConfig(entities=replace(FAST, batch_size=4, window=16, page=20),
-                          parts=replace(PART_LANE, batch_size=4, window=16, page=20), nice=0)
+    config = WorkerConfig(
+        entities=replace(FAST, batch_size=4, window=16, page=20),
+        parts=replace(PART_LANE, batch_size=4, window=16, page=20),
+        nice=0,
+    )
     engine = Engine(store, dense="live", embedding_provider=provider, embed_config=config)
     try:
         engine.refresh()
@@ -117,9 +138,17 @@ def test_a_fresh_store_gets_memories_and_models_before_columns(store):
 
 def test_identical_texts_are_embedded_once_across_windows_and_lanes(tmp_path):
     provider = FakeProvider(dim=8)
-    with EmbeddingWorker(tmp_path, provider, store=MemoryStore(), parts=PartVectors(MemoryStore()),
-                         config=WorkerConfig(entities=replace(FAST, window=4, batch_size=2),
-                                             parts=replace(PART_LANE, window=4, batch_size=2), nice=0)) as w:
+    with EmbeddingWorker(
+        tmp_path,
+        provider,
+        store=MemoryStore(),
+        parts=PartVectors(MemoryStore()),
+        config=WorkerConfig(
+            entities=replace(FAST, window=4, batch_size=2),
+            parts=replace(PART_LANE, window=4, batch_size=2),
+            nice=0,
+        ),
+    ) as w:
         w.enqueue_many(EmbedItem(f"ds.m{i}.id", "column", "Name is id. Type is INT.") for i in range(10))
         w.enqueue_many([EmbedItem("ds.m0.amount", "column", "Name is amount.")])
         assert w.wait_idle(WAIT)
@@ -130,20 +159,31 @@ def test_identical_texts_are_embedded_once_across_windows_and_lanes(tmp_path):
         assert np.allclose(w.index.vector("ds.m7.id"), provider.vector("Name is id. Type is INT."))
         # a part whose text some entity (or another part) already has takes that vector
         assert w.parts is not None
-        w.parts.enqueue_many([EmbedItem("ds.m3.id#meaning", "column#meaning", "Name is amount."),
-                              EmbedItem("ds.m4.id#meaning", "column#meaning", "id"),
-                              EmbedItem("ds.m5.id#meaning", "column#meaning", "id")])
+        w.parts.enqueue_many(
+            [
+                EmbedItem("ds.m3.id#meaning", "column#meaning", "Name is amount."),
+                EmbedItem("ds.m4.id#meaning", "column#meaning", "id"),
+                EmbedItem("ds.m5.id#meaning", "column#meaning", "id"),
+            ]
+        )
         assert w.parts.wait_idle(WAIT)
-        assert [t for batch in provider.batches for t in batch][len(texts):] == ["id"]
+        assert [t for batch in provider.batches for t in batch][len(texts) :] == ["id"]
         ps = w.status().parts
         assert ps is not None and (ps.rows, ps.embedded, ps.reused) == (3, 1, 2)
 
 
 def test_a_failing_text_fails_every_item_that_shares_it(tmp_path):
     provider = FakeProvider(dim=8, fail_texts=["bad"])
-    with EmbeddingWorker(tmp_path, provider, store=MemoryStore(), config=WorkerConfig(entities=FAST, nice=0)) as w:
-        w.enqueue_many([EmbedItem("a.b.c", "column", "bad"), EmbedItem("a.b.d", "column", "bad"),
-                        EmbedItem("a.b.e", "column", "good")])
+    with EmbeddingWorker(
+        tmp_path, provider, store=MemoryStore(), config=WorkerConfig(entities=FAST, nice=0)
+    ) as w:
+        w.enqueue_many(
+            [
+                EmbedItem("a.b.c", "column", "bad"),
+                EmbedItem("a.b.d", "column", "bad"),
+                EmbedItem("a.b.e", "column", "good"),
+            ]
+        )
         assert w.wait_idle(WAIT)
         assert sorted(w.failures()) == ["a.b.c", "a.b.d"] and w.index.ids() == ["a.b.e"]
         assert w.status().failed == 2
@@ -222,7 +262,9 @@ def test_progress_view_draws_a_bar_on_a_terminal_and_lines_elsewhere():
     view.update({"entities": 2}, 1.0)  # too soon for another line
     view.update({"entities": 10}, 6.0)
     lines = plain.getvalue().splitlines()
-    assert len(lines) == 2 and "\r" not in plain.getvalue() and lines[-1].startswith("embedding: entities 10/10")
+    assert (
+        len(lines) == 2 and "\r" not in plain.getvalue() and lines[-1].startswith("embedding: entities 10/10")
+    )
     assert lines[-1].endswith("done")
     assert (duration(42), duration(432), duration(11100)) == ("42s", "7m12s", "3h05m")
 
@@ -233,8 +275,9 @@ def _stored(store) -> set[str]:
 
 
 def _engine(store, provider) -> Engine:
-    config = WorkerConfig(entities=replace(FAST, batch_size=8, window=16), parts=replace(PART_LANE, batch_size=8),
-                          nice=0)
+    config = WorkerConfig(
+        entities=replace(FAST, batch_size=8, window=16), parts=replace(PART_LANE, batch_size=8), nice=0
+    )
     engine = Engine(store, dense="live", embedding_provider=provider, embed_config=config)
     engine.refresh()
     return engine

@@ -48,7 +48,8 @@ def _edit(store):
     (store / "memories/2.md").unlink()
     (store / "memories/60.md").write_text(
         "---\ncreated_at: '2026-12-01T00:00:00Z'\nentities:\n- supplies.supplies.cost\nversion: 4\n---\n"
-        "Zebracorn supplies are priced per crate.")
+        "Zebracorn supplies are priced per crate."
+    )
     (store / "models/supplies/products.yaml").unlink()
 
 
@@ -62,7 +63,12 @@ def test_change_on_disk_is_visible_after_refresh(store):
     assert "jaffle.orders.tax_paid" in delta.removed and "memory:60" in delta.added
     ids = [h.id for h in engine.search({"question": "zebracorn", "ranking": "slayer"}).results]
     assert ids == ["60", "jaffle.orders.discount_code"]
-    scoped = [h.id for h in engine.search({"question": "zebracorn", "datasource": "supplies", "ranking": "slayer"}).results]
+    scoped = [
+        h.id
+        for h in engine.search(
+            {"question": "zebracorn", "datasource": "supplies", "ranking": "slayer"}
+        ).results
+    ]
     assert scoped == ["60"]
     gone = engine.search({"entities": ["jaffle.orders.tax_paid"]})
     assert gone.resolved_input_entities == [] and "dropped" in gone.warnings[0]
@@ -100,12 +106,18 @@ def test_unreadable_store_keeps_serving_then_recovers(store, tmp_path):
     assert engine.catalog.fatal is None and _answers(engine) == good
 
 
-@pytest.mark.parametrize("params,message", [
-    ({"max_results": 0, "question": "x"}, "max_results must be >= 1; got 0."),
-    ({"datasource": "warehouse", "question": "x"}, "datasource 'warehouse' not found; known: ['jaffle', 'supplies']."),
-    ({"questoin": "typo"}, "invalid search parameters"),
-    ({"entities": "jaffle.orders"}, "invalid search parameters"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"max_results": 0, "question": "x"}, "max_results must be >= 1; got 0."),
+        (
+            {"datasource": "warehouse", "question": "x"},
+            "datasource 'warehouse' not found; known: ['jaffle', 'supplies'].",
+        ),
+        ({"questoin": "typo"}, "invalid search parameters"),
+        ({"entities": "jaffle.orders"}, "invalid search parameters"),
+    ],
+)
 def test_bad_requests_are_clear_errors(params, message):
     engine = Engine(YAML_STORE)
     with pytest.raises(SearchError) as err:
@@ -130,13 +142,21 @@ def test_max_results_never_reorders():
 
 def test_graph_catches_up_lazily(store):
     engine = Engine(store)
-    query = "MATCH (m:Memory)-[:MENTIONS]->(c:ModelColumn) WHERE c.id = 'jaffle.orders.status' RETURN m.id AS id"
-    before = {h.id for h in engine.search({"question": "orders", "cypher_filter": query, "max_results": 50}).results}
+    query = (
+        "MATCH (m:Memory)-[:MENTIONS]->(c:ModelColumn) WHERE c.id = 'jaffle.orders.status' RETURN m.id AS id"
+    )
+    before = {
+        h.id for h in engine.search({"question": "orders", "cypher_filter": query, "max_results": 50}).results
+    }
     assert before == {"2", "6"}
-    (store / "memories/80.md").write_text("---\nentities:\n- jaffle.orders.status\nversion: 4\n---\norders again")
+    (store / "memories/80.md").write_text(
+        "---\nentities:\n- jaffle.orders.status\nversion: 4\n---\norders again"
+    )
     engine.refresh()
     engine.compact()  # a compaction between the change and the next cypher call must not lose it
-    after = {h.id for h in engine.search({"question": "orders", "cypher_filter": query, "max_results": 50}).results}
+    after = {
+        h.id for h in engine.search({"question": "orders", "cypher_filter": query, "max_results": 50}).results
+    }
     assert after == {"2", "6", "80"}
 
 
@@ -147,7 +167,9 @@ def test_shallow_fetch_gives_the_full_answer(monkeypatch, first_depth):
 
     engine = Engine(YAML_STORE)
     calls = [{**c, "max_results": n} for c in CALLS if c.get("question") for n in (1, 3, 10, 40)]
-    calls += [{"question": q, "max_results": 5} for q in ("order", "customer city", "tax paid", "name", "supply")]
+    calls += [
+        {"question": q, "max_results": 5} for q in ("order", "customer city", "tax paid", "name", "supply")
+    ]
     monkeypatch.setattr(rrf, "initial_depth", lambda n: rrf.TEXT_DEPTH)
     full = [msgspec.to_builtins(engine.search(c)) for c in calls]
     monkeypatch.setattr(rrf, "initial_depth", lambda n: first_depth)

@@ -20,8 +20,9 @@ CLIENT = REPO / "protocol" / "example_client.py"
 
 def run_client(*args: str) -> subprocess.CompletedProcess[str]:
     # cwd=REPO: the daemon it starts (``python -m slayer_lsp``) is this checkout's
-    return subprocess.run([sys.executable, str(CLIENT), *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, str(CLIENT), *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_uses_the_standard_library_only():
@@ -33,19 +34,37 @@ def test_uses_the_standard_library_only():
 
 @pytest.mark.slow
 def test_search_and_inspect_end_to_end():
-    proc = run_client("--storage", str(YAML_STORE), "--question", "net sales by store", "--ref", "orders.subtotal",
-                      "--ref", "memory:5", "--ref", "nope", "--no-embeddings", "--json", "--quiet")
+    proc = run_client(
+        "--storage",
+        str(YAML_STORE),
+        "--question",
+        "net sales by store",
+        "--ref",
+        "orders.subtotal",
+        "--ref",
+        "memory:5",
+        "--ref",
+        "nope",
+        "--no-embeddings",
+        "--json",
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["server"]["name"] == "slayer-lsp" and out["exit_code"] == 0 and out["store_error"] is None
     search = msgspec.convert(out["search"], SearchResponse)
     assert 0 < len(search.results) <= 5
-    assert {"jaffle.orders.subtotal", "6"} <= {h.id for h in search.results}  # the column and the example query
+    assert {"jaffle.orders.subtotal", "6"} <= {
+        h.id for h in search.results
+    }  # the column and the example query
     items = msgspec.convert(out["inspect"], InspectResult).items
     assert [i.ref for i in items] == ["orders.subtotal", "memory:5", "nope"]
     column, memory, missing = items
     assert (column.canonical, column.kind) == ("jaffle.orders.subtotal", "column")
-    assert column.location is not None and column.location.uri == (YAML_STORE / "models/jaffle/orders.yaml").as_uri()
+    assert (
+        column.location is not None
+        and column.location.uri == (YAML_STORE / "models/jaffle/orders.yaml").as_uri()
+    )
     assert memory.tags is not None and [t.stale for t in memory.tags] == [True, False]
     assert missing.canonical is None and "not found" in (missing.error or "")
 
@@ -64,6 +83,8 @@ def test_human_output_on_sqlite():
 def test_a_missing_store_fails_cleanly(tmp_path):
     proc = run_client("--storage", str(tmp_path / "nothing"), "--no-embeddings", "--quiet")
     assert proc.returncode == 1
-    assert proc.stderr == f"example_client: the store cannot be read: store directory {tmp_path / 'nothing'} " \
+    assert (
+        proc.stderr == f"example_client: the store cannot be read: store directory {tmp_path / 'nothing'} "
         "does not exist\n"
+    )
     assert proc.stdout.splitlines()[-1] == "server exit code: 0"

@@ -132,29 +132,65 @@ def test_every_searchable_entity_has_its_kinds_facets_only(yaml_catalog):
     assert seen == {kind: set(facets) for kind, facets in FACETS.items()}  # each facet occurs in the fixture
 
 
-@pytest.mark.parametrize(("obj", "want"), [
-    (d.Column(name="CustomerID", label="Customer ID", description="Who bought.", type="int"),
-     {"meaning": "customer id. Who bought"}),  # a label repeating the name's words adds nothing
-    (d.Column(name="segment", label="Client segment", sampled_values=["SME", "LAM", "KAM"], type="text"),
-     {"meaning": "segment. Client segment", "values": "text values: SME, LAM, KAM"}),
-    (d.Column(name="amount", sampled="3.0 .. 115.5", type="DOUBLE"),
-     {"meaning": "amount", "values": "double values: 3.0 .. 115.5"}),
-    (d.Measure(name="total_revenue", formula="sum(order_total)", label="Revenue"),
-     {"meaning": "total revenue. Revenue", "formula": "sum(order_total)"}),
-    (d.Measure(name="count"), {"meaning": "count"}),
-    (d.Aggregation(name="avg_nonzero", formula="AVG(NULLIF({value}, 0))",
-                   params=[d.AggregationParam(name="floor", sql="0")]),
-     {"meaning": "avg nonzero", "formula": "AVG(NULLIF({value}, 0)); parameters floor"}),
-    (d.Model(name="order_items", description="Order lines.",
-             columns=[d.Column(name="sku"), d.Column(name="qty", label="Units"), d.Column(name="x", hidden=True)]),
-     {"meaning": "order items. Order lines", "columns": "sku, qty (Units)"}),
-    (d.Model(name="empty"), {"meaning": "empty"}),
-    (d.Datasource(name="shop_db", description="The shop."), {"meaning": "shop db. The shop"}),
-    (d.Memory(id="7", learning="Net sales exclude tax.", description="Glossary",
-              entities=["jaffle.orders.subtotal", "jaffle", "memory:3"]),
-     {"meaning": "Net sales exclude tax.\n\nGlossary", "entities": "orders subtotal, jaffle"}),
-    (d.Memory(id="8", learning="Only a memory ref.", entities=["memory:3"]), {"meaning": "Only a memory ref."}),
-])
+@pytest.mark.parametrize(
+    ("obj", "want"),
+    [
+        (
+            d.Column(name="CustomerID", label="Customer ID", description="Who bought.", type="int"),
+            {"meaning": "customer id. Who bought"},
+        ),  # a label repeating the name's words adds nothing
+        (
+            d.Column(
+                name="segment", label="Client segment", sampled_values=["SME", "LAM", "KAM"], type="text"
+            ),
+            {"meaning": "segment. Client segment", "values": "text values: SME, LAM, KAM"},
+        ),
+        (
+            d.Column(name="amount", sampled="3.0 .. 115.5", type="DOUBLE"),
+            {"meaning": "amount", "values": "double values: 3.0 .. 115.5"},
+        ),
+        (
+            d.Measure(name="total_revenue", formula="sum(order_total)", label="Revenue"),
+            {"meaning": "total revenue. Revenue", "formula": "sum(order_total)"},
+        ),
+        (d.Measure(name="count"), {"meaning": "count"}),
+        (
+            d.Aggregation(
+                name="avg_nonzero",
+                formula="AVG(NULLIF({value}, 0))",
+                params=[d.AggregationParam(name="floor", sql="0")],
+            ),
+            {"meaning": "avg nonzero", "formula": "AVG(NULLIF({value}, 0)); parameters floor"},
+        ),
+        (
+            d.Model(
+                name="order_items",
+                description="Order lines.",
+                columns=[
+                    d.Column(name="sku"),
+                    d.Column(name="qty", label="Units"),
+                    d.Column(name="x", hidden=True),
+                ],
+            ),
+            {"meaning": "order items. Order lines", "columns": "sku, qty (Units)"},
+        ),
+        (d.Model(name="empty"), {"meaning": "empty"}),
+        (d.Datasource(name="shop_db", description="The shop."), {"meaning": "shop db. The shop"}),
+        (
+            d.Memory(
+                id="7",
+                learning="Net sales exclude tax.",
+                description="Glossary",
+                entities=["jaffle.orders.subtotal", "jaffle", "memory:3"],
+            ),
+            {"meaning": "Net sales exclude tax.\n\nGlossary", "entities": "orders subtotal, jaffle"},
+        ),
+        (
+            d.Memory(id="8", learning="Only a memory ref.", entities=["memory:3"]),
+            {"meaning": "Only a memory ref."},
+        ),
+    ],
+)
 def test_facet_texts(obj, want):
     assert facet_texts(obj) == want
 
@@ -197,10 +233,16 @@ def _row(cid: str, kind: str, seed: int) -> NewVector:
 
 
 def test_part_store_round_trip_and_removal(tmp_path):
-    store = VectorStore(tmp_path / "parts.db", create=True, table=PARTS_TABLE, kinds=None, separators=SEPARATORS)
-    rows = [_row("ds.m#meaning", "model#meaning", 1), _row("ds.m.c#values", "column#values", 2),
-            _row("ds.m2#meaning", "model#meaning", 3), _row("memory:4#meaning", "memory#meaning", 4),
-            _row("memory:42#meaning", "memory#meaning", 5)]
+    store = VectorStore(
+        tmp_path / "parts.db", create=True, table=PARTS_TABLE, kinds=None, separators=SEPARATORS
+    )
+    rows = [
+        _row("ds.m#meaning", "model#meaning", 1),
+        _row("ds.m.c#values", "column#values", 2),
+        _row("ds.m2#meaning", "model#meaning", 3),
+        _row("memory:4#meaning", "memory#meaning", 4),
+        _row("memory:42#meaning", "memory#meaning", 5),
+    ]
     assert store.upsert("m", rows) == 5
     got = store.get("m", [r.canonical_id for r in rows])
     for r in rows:
@@ -209,7 +251,9 @@ def test_part_store_round_trip_and_removal(tmp_path):
     assert store.delete("ds.m") == 2  # the owner's parts and its descendants', never ds.m2's
     assert store.delete("memory:4") == 1  # never memory:42's
     assert sorted(store.get("m", [r.canonical_id for r in rows])) == ["ds.m2#meaning", "memory:42#meaning"]
-    tables = {n for (n,) in sqlite3.connect(store.path).execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    tables = {
+        n for (n,) in sqlite3.connect(store.path).execute("SELECT name FROM sqlite_master WHERE type='table'")
+    }
     assert tables == {PARTS_TABLE}
     # SLayer's table takes only SLayer's kinds: a part can never be written there by mistake
     slayer_table = VectorStore(tmp_path / "embeddings.db", create=True)
@@ -238,27 +282,41 @@ PARTS_ALONE = WorkerConfig(entities=LaneConfig(kinds=None, separators=SEPARATORS
 
 def test_part_worker_sets_skips_and_removes(tmp_path):
     provider = FakeProvider(dim=8)
-    pstore = VectorStore(tmp_path / "parts.db", create=True, table=PARTS_TABLE, kinds=None, separators=SEPARATORS)
+    pstore = VectorStore(
+        tmp_path / "parts.db", create=True, table=PARTS_TABLE, kinds=None, separators=SEPARATORS
+    )
     worker = EmbeddingWorker(tmp_path, provider, store=pstore, config=PARTS_ALONE)
     try:
-        worker.entities.set_parts("ds.m.c", _items("ds.m.c", "column", meaning="amount", values="int values: 1, 2"))
+        worker.entities.set_parts(
+            "ds.m.c", _items("ds.m.c", "column", meaning="amount", values="int values: 1, 2")
+        )
         worker.entities.set_parts("ds.m", _items("ds.m", "model", meaning="orders", columns="amount"))
         worker.entities.set_parts("ds.m2", _items("ds.m2", "model", meaning="orders two"))
         assert worker.wait_idle(WAIT)
-        assert sorted(worker.index.ids()) == ["ds.m#columns", "ds.m#meaning", "ds.m.c#meaning", "ds.m.c#values",
-                                              "ds.m2#meaning"]
+        assert sorted(worker.index.ids()) == [
+            "ds.m#columns",
+            "ds.m#meaning",
+            "ds.m.c#meaning",
+            "ds.m.c#values",
+            "ds.m2#meaning",
+        ]
         calls = provider.calls
-        worker.entities.set_parts("ds.m.c", _items("ds.m.c", "column", meaning="amount", values="int values: 1, 2"))
+        worker.entities.set_parts(
+            "ds.m.c", _items("ds.m.c", "column", meaning="amount", values="int values: 1, 2")
+        )
         assert worker.wait_idle(WAIT) and provider.calls == calls  # unchanged texts: skipped by hash
-        worker.entities.set_parts("ds.m.c", _items("ds.m.c", "column", meaning="amount paid"))  # lost its samples
+        worker.entities.set_parts(
+            "ds.m.c", _items("ds.m.c", "column", meaning="amount paid")
+        )  # lost its samples
         assert worker.wait_idle(WAIT)
         assert worker.index.parts_of("ds.m.c") == ["ds.m.c#meaning"]
         assert sorted(pstore.get(provider.name, ["ds.m.c#meaning", "ds.m.c#values"])) == ["ds.m.c#meaning"]
         worker.remove("ds.m")  # the owner goes: its parts and its columns' parts go with it
         assert worker.wait_idle(WAIT)
         assert worker.index.ids() == ["ds.m2#meaning"]
-        assert list(pstore.get(provider.name, ["ds.m#meaning", "ds.m#columns", "ds.m.c#meaning",
-                                               "ds.m2#meaning"])) == ["ds.m2#meaning"]
+        assert list(
+            pstore.get(provider.name, ["ds.m#meaning", "ds.m#columns", "ds.m.c#meaning", "ds.m2#meaning"])
+        ) == ["ds.m2#meaning"]
         st = worker.entities.parts_status()
         assert st.rows == 1 and st.kinds == {"model#meaning": 1} and st.pending == 0 and st.failed == 0
     finally:
@@ -267,11 +325,12 @@ def test_part_worker_sets_skips_and_removes(tmp_path):
 
 def test_backfill_prunes_rows_of_entities_gone_while_stopped(tmp_path):
     provider = FakeProvider(dim=8)
-    pstore = VectorStore(tmp_path / "parts.db", create=True, table=PARTS_TABLE, kinds=None, separators=SEPARATORS)
+    pstore = VectorStore(
+        tmp_path / "parts.db", create=True, table=PARTS_TABLE, kinds=None, separators=SEPARATORS
+    )
     pstore.upsert(provider.name, [NewVector("gone.m#meaning", "model#meaning", "x", provider.vector("gone"))])
     items = _items("ds.m", "model", meaning="orders")
-    worker = EmbeddingWorker(tmp_path, provider, store=pstore, config=PARTS_ALONE,
-                             items=lambda: items)
+    worker = EmbeddingWorker(tmp_path, provider, store=pstore, config=PARTS_ALONE, items=lambda: items)
     try:
         assert worker.wait_idle(WAIT)
         assert worker.index.ids() == ["ds.m#meaning"]
@@ -286,8 +345,13 @@ def test_backfill_prunes_rows_of_entities_gone_while_stopped(tmp_path):
 def _stored_ids(engine) -> set[str]:
     parts = engine.dense.parts
     with sqlite3.connect(parts.store.path) as conn:
-        return {c for (c,) in conn.execute(f"SELECT canonical_id FROM {PARTS_TABLE} WHERE embedding_model_name = ?",
-                                           (parts.provider.name,))}
+        return {
+            c
+            for (c,) in conn.execute(
+                f"SELECT canonical_id FROM {PARTS_TABLE} WHERE embedding_model_name = ?",
+                (parts.provider.name,),
+            )
+        }
 
 
 def test_engine_keeps_a_vector_per_part(store):
@@ -359,7 +423,9 @@ CHANNELS = ["dense", "lexical"]
 
 @pytest.mark.parametrize("channel", CHANNELS)
 def test_the_weakest_facet_decides(engines, channel):
-    resp = facets_search(engines[channel], kind="column", facets={"meaning": "city", "values": "Berlin"}, limit=20)
+    resp = facets_search(
+        engines[channel], kind="column", facets={"meaning": "city", "values": "Berlin"}, limit=20
+    )
     assert resp.channel == channel and resp.warnings == []
     ids = [h.id for h in resp.results]
     assert ids[0] == "jaffle.customers.city"
@@ -377,8 +443,12 @@ def test_the_weakest_facet_decides(engines, channel):
 def test_an_entity_without_a_facet_is_never_combined(engines, channel):
     alone = ranking(engines[channel], "meaning", "fax number or city", kinds=["column"])
     assert alone.ids()[0] == "jaffle.customers.fax_number"  # it has a meaning, and no samples
-    resp = facets_search(engines[channel], kind="column",
-                         facets={"meaning": "fax number or city", "values": "Berlin"}, limit=1000)
+    resp = facets_search(
+        engines[channel],
+        kind="column",
+        facets={"meaning": "fax number or city", "values": "Berlin"},
+        limit=1000,
+    )
     assert resp.results and "jaffle.customers.fax_number" not in [h.id for h in resp.results]
     catalog = engines[channel].catalog
     assert all("values" in facet_texts(catalog.get(h.id).obj) for h in resp.results)
@@ -408,13 +478,22 @@ def test_min_score_cuts_and_there_is_no_cutoff_by_default(engines, channel):
 
 @pytest.mark.parametrize("channel", CHANNELS)
 def test_datasource_restricts_before_ranking(engines, channel):
-    everywhere = ranking(engines[channel], "meaning", "unit price list price in dollars", kinds=["column"], depth=1)
+    everywhere = ranking(
+        engines[channel], "meaning", "unit price list price in dollars", kinds=["column"], depth=1
+    )
     assert everywhere.ids() == ["jaffle.products.price"]
-    scoped = ranking(engines[channel], "meaning", "unit price list price in dollars", kinds=["column"], depth=1,
-                     datasource="supplies")
+    scoped = ranking(
+        engines[channel],
+        "meaning",
+        "unit price list price in dollars",
+        kinds=["column"],
+        depth=1,
+        datasource="supplies",
+    )
     assert scoped.ids() == ["supplies.products.price"]  # filtering after a top-1 cut would leave nothing
-    allowed = ranking(engines[channel], "meaning", "price", depth=5,
-                      allow=frozenset({"jaffle.orders.subtotal", "memory:1"}))
+    allowed = ranking(
+        engines[channel], "meaning", "price", depth=5, allow=frozenset({"jaffle.orders.subtotal", "memory:1"})
+    )
     assert set(allowed.ids()) <= {"jaffle.orders.subtotal", "memory:1"}
     resp = facets_search(engines[channel], kind="column", facets={"meaning": "price"}, datasource="supplies")
     assert resp.results and all(h.id.startswith("supplies.") for h in resp.results)
@@ -433,40 +512,59 @@ def test_a_facet_ranks_the_kinds_that_declare_it(engines, channel):
 
 @pytest.mark.parametrize("channel", CHANNELS)
 def test_memories_by_meaning_and_tags(engines, channel):
-    resp = facets_search(engines[channel], kind="memory", facets={"meaning": "tax", "entities": "orders tax paid"},
-                         limit=3, compact=False)
+    resp = facets_search(
+        engines[channel],
+        kind="memory",
+        facets={"meaning": "tax", "entities": "orders tax paid"},
+        limit=3,
+        compact=False,
+    )
     assert [h.id for h in resp.results][:2] == ["1", "12"] or [h.id for h in resp.results][:2] == ["12", "1"]
     hit = resp.results[0]
     assert hit.kind == "memory" and hit.text.startswith(engines[channel].catalog.memory(hit.id).learning)
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"kind": "join", "facets": {"meaning": "x"}}, "kind 'join' has no facets"),
-    ({"kind": "column", "facets": {}}, "facets must name at least one facet of column: meaning, values"),
-    ({"kind": "column", "facets": {"formula": "x"}}, "facet 'formula' is not a facet of column"),
-    ({"kind": "column", "facets": {"meaning": "  "}}, "facet 'meaning' has an empty query"),
-    ({"kind": "column", "facets": {"meaning": "x"}, "limit": 0}, "limit must be >= 1; got 0"),
-    ({"kind": "column", "facets": {"meaning": "x"}, "datasource": "nosuch"}, "datasource 'nosuch' not found"),
-    ({"kind": "column", "facets": {"meaning": "x"}, "min_score": float("nan")}, "min_score must be a finite"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"kind": "join", "facets": {"meaning": "x"}}, "kind 'join' has no facets"),
+        ({"kind": "column", "facets": {}}, "facets must name at least one facet of column: meaning, values"),
+        ({"kind": "column", "facets": {"formula": "x"}}, "facet 'formula' is not a facet of column"),
+        ({"kind": "column", "facets": {"meaning": "  "}}, "facet 'meaning' has an empty query"),
+        ({"kind": "column", "facets": {"meaning": "x"}, "limit": 0}, "limit must be >= 1; got 0"),
+        (
+            {"kind": "column", "facets": {"meaning": "x"}, "datasource": "nosuch"},
+            "datasource 'nosuch' not found",
+        ),
+        (
+            {"kind": "column", "facets": {"meaning": "x"}, "min_score": float("nan")},
+            "min_score must be a finite",
+        ),
+    ],
+)
 def test_invalid_params(engines, params, message):
     with pytest.raises(SearchError) as info:
         facets_search(engines["lexical"], **params)
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize(("raw", "message"), [
-    ({"kind": "column"}, "missing required field `facets`"),
-    ({"kind": "column", "facets": {"meaning": 3}}, "Expected `str`"),
-    ({"kind": "column", "facets": {"meaning": "x"}, "colour": 1}, "unknown field `colour`"),
-])
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"kind": "column"}, "missing required field `facets`"),
+        ({"kind": "column", "facets": {"meaning": 3}}, "Expected `str`"),
+        ({"kind": "column", "facets": {"meaning": "x"}, "colour": 1}, "unknown field `colour`"),
+    ],
+)
 def test_params_are_validated(raw, message):
     with pytest.raises(SearchError, match=re.escape(message)):
         parse_facets_params(raw)
 
 
 def test_caps_are_warned(engines):
-    resp = facets_search(engines["lexical"], kind="column", facets={"meaning": "city"}, limit=5000, depth=9000)
+    resp = facets_search(
+        engines["lexical"], kind="column", facets={"meaning": "city"}, limit=5000, depth=9000
+    )
     assert any("limit 5000 is above the cap" in w for w in resp.warnings)
     assert any("depth 9000 is above the cap" in w for w in resp.warnings)
 
@@ -522,8 +620,9 @@ def _slayer_read(store, model: str) -> dict:
     python = slayer_oracle.slayer_python()
     env = slayer_oracle.slayer_env()
     env.setdefault("SLAYER_FIXTURE_DIR", str(store.parent))  # the fixture's connection strings name it
-    proc = subprocess.run([python, "-c", _SLAYER_READ, str(store), model], capture_output=True, text=True,
-                          timeout=300, env=env)
+    proc = subprocess.run(
+        [python, "-c", _SLAYER_READ, str(store), model], capture_output=True, text=True, timeout=300, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
@@ -560,31 +659,63 @@ def test_dense_ranking_says_what_is_still_waiting(tmp_path, yaml_catalog):
     from slayer_lsp.embed.store import MemoryStore
 
     provider = WordsProvider()
-    main = EmbeddingWorker(tmp_path, provider, store=MemoryStore(), start=False, parts=PartVectors(MemoryStore()))
+    main = EmbeddingWorker(
+        tmp_path, provider, store=MemoryStore(), start=False, parts=PartVectors(MemoryStore())
+    )
     parts = main.parts
     assert parts is not None
     texts = {"jaffle.stores.city": "city", "jaffle.customers.city": "city. Home city"}
-    parts.index.upsert_many([part_id(c, "meaning") for c in texts], ["column#meaning"] * 2,
-                            np.stack([provider.vector(t) for t in texts.values()]))
-    parts.enqueue_many(_items("jaffle.orders.status", "column", meaning="status"))  # never processed: not started
+    parts.index.upsert_many(
+        [part_id(c, "meaning") for c in texts],
+        ["column#meaning"] * 2,
+        np.stack([provider.vector(t) for t in texts.values()]),
+    )
+    parts.enqueue_many(
+        _items("jaffle.orders.status", "column", meaning="status")
+    )  # never processed: not started
     got = rank_by_facet(yaml_catalog, SimpleNamespace(dense=main), "meaning", "city", kinds=["column"])
     assert got.channel == "dense" and got.ids() == ["jaffle.stores.city", "jaffle.customers.city"]
     assert any("1 parts still waiting to be embedded" in w for w in got.warnings)
     values = rank_by_facet(yaml_catalog, SimpleNamespace(dense=main), "values", "Berlin", kinds=["column"])
-    assert values.channel == "lexical" and any("no part vectors of column#values yet" in w for w in values.warnings)
+    assert values.channel == "lexical" and any(
+        "no part vectors of column#values yet" in w for w in values.warnings
+    )
 
 
 def test_cli_search_facets(store, capsys):
     from slayer_lsp.cli.main import main
 
-    argv = ["search-facets", "--storage", str(store), "--kind", "column", "--facet", "meaning=city",
-            "--facet", "values=Berlin", "--no-dense"]
+    argv = [
+        "search-facets",
+        "--storage",
+        str(store),
+        "--kind",
+        "column",
+        "--facet",
+        "meaning=city",
+        "--facet",
+        "values=Berlin",
+        "--no-dense",
+    ]
     assert main([*argv, "--format", "json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["channel"] == "lexical" and got["results"][0]["id"] == "jaffle.customers.city"
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "Results (1, lexical):" in text and "jaffle.customers.city" in text and "values=1.0000" in text
-    assert main(["search-facets", "--storage", str(store), "--kind", "column", "--facet", "colour=red",
-                 "--no-dense"]) == 1
+    assert (
+        main(
+            [
+                "search-facets",
+                "--storage",
+                str(store),
+                "--kind",
+                "column",
+                "--facet",
+                "colour=red",
+                "--no-dense",
+            ]
+        )
+        == 1
+    )
     assert "facet 'colour' is not a facet of column" in capsys.readouterr().err

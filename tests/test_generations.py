@@ -60,8 +60,13 @@ def _yaml_model_edit(store: Path, step: int) -> None:
                 col["description"] = f"Voucher code ({PROBE} campaign) applied at checkout."
         data["columns"] = [c for c in data["columns"] if c["name"] != "tax_paid"]
     else:  # a column comes
-        data["columns"].append({"name": f"{PROBE}_points", "type": "INT",
-                                "description": f"Loyalty points of the {PROBE} scheme."})
+        data["columns"].append(
+            {
+                "name": f"{PROBE}_points",
+                "type": "INT",
+                "description": f"Loyalty points of the {PROBE} scheme.",
+            }
+        )
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
@@ -69,7 +74,9 @@ def _sqlite_model_edit(db: Path, step: int) -> None:
     conn = sqlite3.connect(db)
     try:
         with conn:
-            (raw,) = conn.execute("SELECT data FROM models WHERE data_source = 'jaffle' AND name = 'orders'").fetchone()
+            (raw,) = conn.execute(
+                "SELECT data FROM models WHERE data_source = 'jaffle' AND name = 'orders'"
+            ).fetchone()
             data = json.loads(raw)
             if step == 0:
                 for col in data["columns"]:
@@ -77,10 +84,17 @@ def _sqlite_model_edit(db: Path, step: int) -> None:
                         col["description"] = f"Voucher code ({PROBE} campaign) applied at checkout."
                 data["columns"] = [c for c in data["columns"] if c["name"] != "tax_paid"]
             else:
-                data["columns"].append({"name": f"{PROBE}_points", "type": "INT",
-                                        "description": f"Loyalty points of the {PROBE} scheme."})
-            conn.execute("UPDATE models SET data = ? WHERE data_source = 'jaffle' AND name = 'orders'",
-                         (json.dumps(data),))
+                data["columns"].append(
+                    {
+                        "name": f"{PROBE}_points",
+                        "type": "INT",
+                        "description": f"Loyalty points of the {PROBE} scheme.",
+                    }
+                )
+            conn.execute(
+                "UPDATE models SET data = ? WHERE data_source = 'jaffle' AND name = 'orders'",
+                (json.dumps(data),),
+            )
     finally:
         conn.close()
 
@@ -122,11 +136,20 @@ def test_an_old_state_answers_the_same_across_refreshes(store: Path) -> None:
         model_edit = _yaml_model_edit if store.is_dir() else _sqlite_model_edit
         model_edit(store, 0)
         refresh()
-        saved = save_memory(engine.location, engine.full_catalog, learning=f"{PROBE.title()} supplies are priced per crate.",
-                            entities=["supplies.supplies.cost"])
+        saved = save_memory(
+            engine.location,
+            engine.full_catalog,
+            learning=f"{PROBE.title()} supplies are priced per crate.",
+            entities=["supplies.supplies.cost"],
+        )
         refresh()
-        save_memory(engine.location, engine.full_catalog, id="1",
-                    learning=f"Revenue of the {PROBE} stores counts refunds.", entities=["jaffle.orders"])
+        save_memory(
+            engine.location,
+            engine.full_catalog,
+            id="1",
+            learning=f"Revenue of the {PROBE} stores counts refunds.",
+            entities=["jaffle.orders"],
+        )
         forget_memory(engine.location, engine.full_catalog, "2")
         refresh()
         _drop_model(store)
@@ -137,11 +160,18 @@ def test_an_old_state_answers_the_same_across_refreshes(store: Path) -> None:
         new = engine.current()
         assert new is not None
         assert _answers(new) != before
-        assert f"jaffle.orders.{PROBE}_points" in _ids(new, {"question": PROBE, "ranking": "slayer", "max_results": 30})
+        assert f"jaffle.orders.{PROBE}_points" in _ids(
+            new, {"question": PROBE, "ranking": "slayer", "max_results": 30}
+        )
         assert saved.id in _ids(new, {"question": f"{PROBE} crate", "kinds": ["memory"]})
         assert "1" in _ids(new, {"question": f"{PROBE} stores refunds", "kinds": ["memory"]})
-        assert "2" not in _ids(new, {"question": "revenue orders customers", "kinds": ["memory"], "max_results": 50})
-        assert not any(c.startswith("supplies.products") for c in _ids(new, {"question": "product price", "max_results": 50}))
+        assert "2" not in _ids(
+            new, {"question": "revenue orders customers", "kinds": ["memory"], "max_results": 50}
+        )
+        assert not any(
+            c.startswith("supplies.products")
+            for c in _ids(new, {"question": "product price", "max_results": 50})
+        )
         # the old generation still answers from its own memories and entities
         assert _ids(old, {"question": f"{PROBE} crate", "kinds": ["memory"]}) == []
         assert "jaffle.orders.tax_paid" in old.catalog.entities

@@ -30,9 +30,28 @@ FIXTURES = REPO.parent / "shared" / "fixtures" / "jaffle"
 EXPECTED = FIXTURES / "expected"
 
 # The keywords the filter must refuse outside literals (the task's list, kept apart from the module's).
-FORBIDDEN = ("CREATE", "MERGE", "DELETE", "DETACH", "SET", "REMOVE", "DROP", "CALL", "LOAD", "COPY",
-             "ATTACH", "INSTALL", "EXPORT", "IMPORT", "USE", "ALTER", "CHECKPOINT", "BEGIN", "COMMIT",
-             "ROLLBACK")
+FORBIDDEN = (
+    "CREATE",
+    "MERGE",
+    "DELETE",
+    "DETACH",
+    "SET",
+    "REMOVE",
+    "DROP",
+    "CALL",
+    "LOAD",
+    "COPY",
+    "ATTACH",
+    "INSTALL",
+    "EXPORT",
+    "IMPORT",
+    "USE",
+    "ALTER",
+    "CHECKPOINT",
+    "BEGIN",
+    "COMMIT",
+    "ROLLBACK",
+)
 
 # Dumps of the whole graph, as id strings, so two graphs can be compared with run().
 DUMPS = (
@@ -79,7 +98,9 @@ def test_fixture_filters_select_what_slayer_selected(graph, yaml_catalog, name):
     expected = FIXTURE_FILTERS[name](yaml_catalog)
     assert got == expected
     # Every hit SLayer returned under this filter passed the allowlist.
-    returned = {memory_ref(h["id"]) if h["kind"] == "memory" else h["id"] for h in case["response"]["results"]}
+    returned = {
+        memory_ref(h["id"]) if h["kind"] == "memory" else h["id"] for h in case["response"]["results"]
+    }
     assert returned and returned <= got
 
 
@@ -102,12 +123,19 @@ def test_graph_holds_visible_entities_only(graph, yaml_catalog):
 def test_edges_follow_the_catalog(graph, yaml_catalog):
     cat = yaml_catalog
     visible = _visible(cat)
-    mentions = {f"{memory_ref(mid)}>{t}" for mid, mem in cat.memories.items() for t in mem.entities
-                if t in visible}
-    contains = {f"{cat.parent(c)}>{c}" for c in visible
-                if not c.startswith("memory:") and cat.parent(c) in visible}
-    joins = {f"{mid}>{mid.split('.')[0]}.{j.target_model}" for mid, m in cat.models.items() if mid in visible
-             for j in m.joins if f"{mid.split('.')[0]}.{j.target_model}" in visible}
+    mentions = {
+        f"{memory_ref(mid)}>{t}" for mid, mem in cat.memories.items() for t in mem.entities if t in visible
+    }
+    contains = {
+        f"{cat.parent(c)}>{c}" for c in visible if not c.startswith("memory:") and cat.parent(c) in visible
+    }
+    joins = {
+        f"{mid}>{mid.split('.')[0]}.{j.target_model}"
+        for mid, m in cat.models.items()
+        if mid in visible
+        for j in m.joins
+        if f"{mid.split('.')[0]}.{j.target_model}" in visible
+    }
     for rel, expected in (("MENTIONS", mentions), ("CONTAINS", contains), ("JOINS", joins)):
         assert expected
         assert graph.run(f"MATCH (a)-[:{rel}]->(b) RETURN a.id + '>' + b.id AS id") == expected
@@ -119,16 +147,21 @@ def test_labels_are_case_insensitive_and_column_is_an_alias(graph, yaml_catalog)
     assert graph.run("MATCH (v:ModelColumn) RETURN v.id AS id") == _visible(yaml_catalog, {"column"})
 
 
-@pytest.mark.parametrize("text, kinds", [
-    ("MATCH (v:Memory) RETURN v.id AS id", {"memory"}),
-    ("match ( v : column : Measure ) return v.id as id", {"column", "measure"}),
-    ("MATCH (n:ModelColumn:Datasource:Model:Aggregation) RETURN n.id AS id",
-     {"column", "datasource", "model", "aggregation"}),
-    ("MATCH (v:Memory) WHERE v.id = 'memory:1' RETURN v.id AS id", None),
-    ("MATCH (m:Memory)-[:MENTIONS]->(n) RETURN m.id AS id", None),
-    ("MATCH (v:Memory) RETURN w.id AS id", None),
-    ("MATCH (v) RETURN v.id AS id", None),
-])
+@pytest.mark.parametrize(
+    "text, kinds",
+    [
+        ("MATCH (v:Memory) RETURN v.id AS id", {"memory"}),
+        ("match ( v : column : Measure ) return v.id as id", {"column", "measure"}),
+        (
+            "MATCH (n:ModelColumn:Datasource:Model:Aggregation) RETURN n.id AS id",
+            {"column", "datasource", "model", "aggregation"},
+        ),
+        ("MATCH (v:Memory) WHERE v.id = 'memory:1' RETURN v.id AS id", None),
+        ("MATCH (m:Memory)-[:MENTIONS]->(n) RETURN m.id AS id", None),
+        ("MATCH (v:Memory) RETURN w.id AS id", None),
+        ("MATCH (v) RETURN v.id AS id", None),
+    ],
+)
 def test_parse_label_filter(text, kinds):
     assert parse_label_filter(text) == (frozenset(kinds) if kinds is not None else None)
 
@@ -146,8 +179,10 @@ def test_forbidden_keywords_are_refused_outside_literals(graph, yaml_catalog, ke
         with pytest.raises(CypherFilterError, match=f"keyword {keyword} is not allowed"):
             validate_cypher(f"MATCH (n:Model) {spelling} n.name RETURN n.id AS id")
     # The same word in a string, a comment or a quoted name is just text.
-    quoted = (f"MATCH (n:Model) WHERE n.name <> '{keyword.lower()}' AND n.id <> \"{keyword}\" "
-              f"/* {keyword} */ RETURN n.id AS id // {keyword}")
+    quoted = (
+        f"MATCH (n:Model) WHERE n.name <> '{keyword.lower()}' AND n.id <> \"{keyword}\" "
+        f"/* {keyword} */ RETURN n.id AS id // {keyword}"
+    )
     assert graph.run(quoted) == _visible(yaml_catalog, {"model"})
     validate_cypher(f"MATCH (n:Model) RETURN n.`{keyword.lower()}` AS id")
 
@@ -177,9 +212,30 @@ def test_literal_boundaries_match_the_engine(text):
         validate_cypher(text)
 
 
-_FRAGMENTS = ("MATCH (n:Memory) ", "RETURN n.id AS id", " WHERE n.id = ", "'", '"', "`", "\\", "\\'",
-              "//", "/*", "*/", "**/", "\r", "\n", ";", " CREATE (:Memory {id: 'pwn'}) ",
-              " SET n.learning = 'pwn' ", " DETACH DELETE n ", "x", " ", "-[:MENTIONS*]->(m) ", "'a'")
+_FRAGMENTS = (
+    "MATCH (n:Memory) ",
+    "RETURN n.id AS id",
+    " WHERE n.id = ",
+    "'",
+    '"',
+    "`",
+    "\\",
+    "\\'",
+    "//",
+    "/*",
+    "*/",
+    "**/",
+    "\r",
+    "\n",
+    ";",
+    " CREATE (:Memory {id: 'pwn'}) ",
+    " SET n.learning = 'pwn' ",
+    " DETACH DELETE n ",
+    "x",
+    " ",
+    "-[:MENTIONS*]->(m) ",
+    "'a'",
+)
 
 
 @pytest.mark.slow
@@ -197,23 +253,32 @@ def test_accepted_filters_never_write(graph, fragments):
     except CypherFilterError:
         pass
     assert graph.counts() == before
-    assert graph.run("MATCH (n:Memory) WHERE n.id = 'pwn' OR n.learning = 'pwn' RETURN n.id AS id") == frozenset()
+    assert (
+        graph.run("MATCH (n:Memory) WHERE n.id = 'pwn' OR n.learning = 'pwn' RETURN n.id AS id")
+        == frozenset()
+    )
 
 
-@pytest.mark.parametrize("text, message", [
-    ("MATCH (n:Model) RETURN n.id", "aliased id"),
-    ("MATCH (n:Model) RETURN n.id AS ident", "aliased id"),
-    ("RETURN 1 AS id", "must start with MATCH"),
-    ("OPTIONAL MATCH (n:Model) RETURN n.id AS id", "must start with MATCH"),
-    ("UNWIND [1] AS x MATCH (n) RETURN n.id AS id", "must start with MATCH"),
-    ("", "empty"),
-    ("   // just a comment", "empty"),
-    ("MATCH (n:Model) WHERE n.name = 'open RETURN n.id AS id", "unterminated string"),
-    ("MATCH (n:Model) /* RETURN n.id AS id", "unterminated /\\* comment"),
-    ("MATCH (n:Table) RETURN n.id AS id", "unknown node label 'Table'"),
-    ("MATCH (a:Model)-[:LINKS]->(b) RETURN a.id AS id", "unknown relationship type 'LINKS'"),
-    ("MATCH (n:Model) RETURN n.id AS id " + "/*" + "x" * cypher_filter.MAX_CYPHER_CHARS + "*/", "characters long"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("MATCH (n:Model) RETURN n.id", "aliased id"),
+        ("MATCH (n:Model) RETURN n.id AS ident", "aliased id"),
+        ("RETURN 1 AS id", "must start with MATCH"),
+        ("OPTIONAL MATCH (n:Model) RETURN n.id AS id", "must start with MATCH"),
+        ("UNWIND [1] AS x MATCH (n) RETURN n.id AS id", "must start with MATCH"),
+        ("", "empty"),
+        ("   // just a comment", "empty"),
+        ("MATCH (n:Model) WHERE n.name = 'open RETURN n.id AS id", "unterminated string"),
+        ("MATCH (n:Model) /* RETURN n.id AS id", "unterminated /\\* comment"),
+        ("MATCH (n:Table) RETURN n.id AS id", "unknown node label 'Table'"),
+        ("MATCH (a:Model)-[:LINKS]->(b) RETURN a.id AS id", "unknown relationship type 'LINKS'"),
+        (
+            "MATCH (n:Model) RETURN n.id AS id " + "/*" + "x" * cypher_filter.MAX_CYPHER_CHARS + "*/",
+            "characters long",
+        ),
+    ],
+)
 def test_malformed_filters_are_refused(text, message):
     with pytest.raises(CypherFilterError, match=message):
         validate_cypher(text)
@@ -228,14 +293,17 @@ def test_id_column_is_checked_when_run(graph):
         graph.run("MATCH (n:Model) RETURN n.nope AS id")
 
 
-@pytest.mark.parametrize("path, capped", [
-    ("[:CONTAINS*]", "[:CONTAINS*1..10]"),
-    ("[:CONTAINS*1..]", "[:CONTAINS*1..10]"),
-    ("[:CONTAINS*..]", "[:CONTAINS*..10]"),
-    ("[r:CONTAINS *2..]", "[r:CONTAINS *2..10]"),
-    ("[:CONTAINS*1..2]", "[:CONTAINS*1..2]"),
-    ("[:CONTAINS*2]", "[:CONTAINS*2]"),
-])
+@pytest.mark.parametrize(
+    "path, capped",
+    [
+        ("[:CONTAINS*]", "[:CONTAINS*1..10]"),
+        ("[:CONTAINS*1..]", "[:CONTAINS*1..10]"),
+        ("[:CONTAINS*..]", "[:CONTAINS*..10]"),
+        ("[r:CONTAINS *2..]", "[r:CONTAINS *2..10]"),
+        ("[:CONTAINS*1..2]", "[:CONTAINS*1..2]"),
+        ("[:CONTAINS*2]", "[:CONTAINS*2]"),
+    ],
+)
 def test_open_paths_are_capped(graph, yaml_catalog, path, capped):
     text = f"MATCH (d:Datasource {{id: 'jaffle'}})-{path}->(c:ModelColumn) RETURN c.id AS id"
     assert validate_cypher(text) == text.replace(path, capped)
@@ -252,8 +320,10 @@ def test_paths_beyond_the_limit_are_refused():
 
 
 def test_slow_query_times_out_and_the_graph_stays_usable(graph, yaml_catalog):
-    slow = ("MATCH (a:ModelColumn), (b:ModelColumn), (c:ModelColumn), (d:ModelColumn), (e:ModelColumn), "
-            "(f:ModelColumn) WHERE a.name + b.name + c.name + d.name + e.name + f.name = 'x' RETURN a.id AS id")
+    slow = (
+        "MATCH (a:ModelColumn), (b:ModelColumn), (c:ModelColumn), (d:ModelColumn), (e:ModelColumn), "
+        "(f:ModelColumn) WHERE a.name + b.name + c.name + d.name + e.name + f.name = 'x' RETURN a.id AS id"
+    )
     with pytest.raises(CypherFilterError, match="timed out after 0.2 s"):
         graph.run(slow, timeout_s=0.2)
     assert graph.run("MATCH (v:Model) RETURN v.id AS id") == _visible(yaml_catalog, {"model"})
@@ -294,6 +364,7 @@ def _edit_memory(path: Path, edit) -> None:  # type: ignore[no-untyped-def]
 def _edit_store(store: Path) -> None:
     """Touch every kind of unit: a model edited, a hidden model shown, a model and a memory deleted,
     a memory retagged, a datasource edited."""
+
     def orders(m):  # type: ignore[no-untyped-def]
         m["description"] = "edited"
         m["columns"].append({"name": "loyalty_points", "type": "INT", "description": "new"})
@@ -305,8 +376,12 @@ def _edit_store(store: Path) -> None:
     _edit_yaml(store / "datasources" / "supplies.yaml", lambda d: d.update(description="weekly, edited"))
     (store / "models" / "jaffle" / "customers.yaml").unlink()
     (store / "memories" / "1.md").unlink()
-    _edit_memory(store / "memories" / "4.md", lambda m: m.update(
-        entities=["jaffle.orders.loyalty_points", "memory:kb.revenue", "jaffle.supplies.cost", "supplies"]))
+    _edit_memory(
+        store / "memories" / "4.md",
+        lambda m: m.update(
+            entities=["jaffle.orders.loyalty_points", "memory:kb.revenue", "jaffle.supplies.cost", "supplies"]
+        ),
+    )
 
 
 def _dump(g: GraphIndex) -> list[frozenset[str]]:
@@ -331,8 +406,12 @@ def test_apply_matches_a_fresh_build(tmp_path, monkeypatch, share, outcome):
         assert graph.generation == after.generation
         # The edits are visible through ordinary filters.
         mentioned = graph.run("MATCH (:Memory {id: 'memory:4'})-[:MENTIONS]->(n) RETURN n.id AS id")
-        assert mentioned == {"jaffle.orders.loyalty_points", "memory:kb.revenue", "jaffle.supplies.cost",
-                             "supplies"}
+        assert mentioned == {
+            "jaffle.orders.loyalty_points",
+            "memory:kb.revenue",
+            "jaffle.supplies.cost",
+            "supplies",
+        }
         assert "memory:1" not in graph.run("MATCH (v:Memory) RETURN v.id AS id")
         assert "jaffle.orders.status" not in graph.run("MATCH (v:Column) RETURN v.id AS id")
         # And undoing them brings back the original graph.

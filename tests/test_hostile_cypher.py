@@ -40,30 +40,40 @@ RSS_GROWTH_LIMIT = 512 * 1024 * 1024
 ANSWER_WITHIN_S = 15.0  # the 10 s deadline, the kill grace and a loaded machine's slack
 
 # Filters every check lets through, that the child must stop (on the example stores' ~50-75 nodes).
-CARTESIAN_6 = ("MATCH (a), (b), (c), (d), (e), (f) WHERE a.id + b.id + c.id + d.id + e.id + f.id = 'x' "
-               "RETURN a.id AS id")
+CARTESIAN_6 = (
+    "MATCH (a), (b), (c), (d), (e), (f) WHERE a.id + b.id + c.id + d.id + e.id + f.id = 'x' RETURN a.id AS id"
+)
 PASSING = {
     # list growth without a single amplifying function: each level collects the previous one per row
     "collect-growth": "MATCH (n) WITH collect(n.id) AS l0 UNWIND l0 AS a WITH l0, collect(l0) AS l1 "
-                      "UNWIND l1 AS b WITH l1, collect(l1) AS l2 UNWIND l2 AS c WITH l2, collect(l2) AS l3 "
-                      "UNWIND l3 AS d WITH l3, collect(l3) AS l4 RETURN size(l4) AS id",
+    "UNWIND l1 AS b WITH l1, collect(l1) AS l2 UNWIND l2 AS c WITH l2, collect(l2) AS l3 "
+    "UNWIND l3 AS d WITH l3, collect(l3) AS l4 RETURN size(l4) AS id",
     "cartesian-6": CARTESIAN_6,
     "contains-over-product": "MATCH (a), (b), (c), (d), (e), (f) WHERE contains(a.id + b.id + c.id + d.id, "
-                             "lower(e.id + f.id + 'zz')) RETURN a.id AS id",
+    "lower(e.id + f.id + 'zz')) RETURN a.id AS id",
     "deep-paths": "MATCH (a)-[*1..10]-(b)-[*1..10]-(c) RETURN DISTINCT c.id AS id",
 }
 # The issue's repros and their neighbours: refused by name, and stopped by the child when let through.
 _SEED = "MATCH (n:Model) WITH 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' + n.id AS s LIMIT 1 "
 AMPLIFIERS = {
     "replace-growth": ("replace", _SEED + "WITH replace(s, 'a', s) AS s " * 6 + "RETURN size(s) AS id"),
-    "regexp-replace-growth": ("regexp_replace",
-                              _SEED + "WITH regexp_replace(s, 'a', s, 'g') AS s " * 6 + "RETURN size(s) AS id"),
-    "list-concat-growth": ("list_concat", "MATCH (n:Model) WITH [n.id] AS a LIMIT 1 "
-                           + "WITH list_concat(a, a) AS a " * 40 + "RETURN size(a) AS id"),
+    "regexp-replace-growth": (
+        "regexp_replace",
+        _SEED + "WITH regexp_replace(s, 'a', s, 'g') AS s " * 6 + "RETURN size(s) AS id",
+    ),
+    "list-concat-growth": (
+        "list_concat",
+        "MATCH (n:Model) WITH [n.id] AS a LIMIT 1 "
+        + "WITH list_concat(a, a) AS a " * 40
+        + "RETURN size(a) AS id",
+    ),
     # a string of 256,000 characters built within the concatenation limit; levenshtein is quadratic
-    "levenshtein-on-built-string": ("levenshtein", "MATCH (n:Model) WITH '" + "a" * 8000 + "' AS s LIMIT 1 "
-                                    "WITH s + s + s + s + s + s + s + s AS s WITH s + s + s + s AS s "
-                                    "RETURN levenshtein(s, s + 'x') AS id"),
+    "levenshtein-on-built-string": (
+        "levenshtein",
+        "MATCH (n:Model) WITH '" + "a" * 8000 + "' AS s LIMIT 1 "
+        "WITH s + s + s + s + s + s + s + s AS s WITH s + s + s + s AS s "
+        "RETURN levenshtein(s, s + 'x') AS id",
+    ),
 }
 # Clear errors a stopped filter may end with.
 STOPPED = ("timed out after", "MiB the graph may use", "stopped the graph process", "more than 200,000 rows")
@@ -119,8 +129,11 @@ def _alive(pid: int) -> bool:
 
 def _bypass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let the known amplifiers through the allowlist: the child alone must stop them."""
-    monkeypatch.setattr(cypher_filter, "ALLOWED_FUNCTIONS",
-                        cypher_filter.ALLOWED_FUNCTIONS | {"REPLACE", "REGEXP_REPLACE", "LIST_CONCAT", "LEVENSHTEIN"})
+    monkeypatch.setattr(
+        cypher_filter,
+        "ALLOWED_FUNCTIONS",
+        cypher_filter.ALLOWED_FUNCTIONS | {"REPLACE", "REGEXP_REPLACE", "LIST_CONCAT", "LEVENSHTEIN"},
+    )
 
 
 # --------------------------------------------------------------------------- the allowlist
@@ -133,35 +146,44 @@ def test_amplifiers_are_refused_by_name(name):
         validate_cypher(cypher)
     message = str(err.value)
     assert f"may not call {function}()" in message
-    assert cypher_filter.ALLOWED_FUNCTIONS_DOC in message and "starts_with" in message  # where the list is, and the list
+    assert (
+        cypher_filter.ALLOWED_FUNCTIONS_DOC in message and "starts_with" in message
+    )  # where the list is, and the list
 
 
-@pytest.mark.parametrize("text, function", [
-    ("MATCH (n) RETURN `levenshtein`(n.id, 'x') AS id", "levenshtein"),
-    ("MATCH (n) RETURN LeVeNsHtEiN /* hidden */ (n.id, 'x') AS id", "levenshtein"),
-    ("MATCH (n) RETURN n.id AS id ORDER BY list_sort([n.id])", "list_sort"),
-    ("MATCH (n) WHERE size(repeat(n.id, 99999999)) > 0 RETURN n.id AS id", "repeat"),
-    ("MATCH (n) RETURN list_transform([n.id], x -> x + x) AS id", "list_transform"),
-    ("MATCH (n) UNWIND range(1, 1000000000) AS i RETURN n.id AS id", "range"),
-    ("MATCH (n) RETURN concat_ws(n.id, n.id) AS id", "concat_ws"),
-    ("MATCH (n) RETURN to_blob(n.id) AS id", "to_blob"),
-])
+@pytest.mark.parametrize(
+    "text, function",
+    [
+        ("MATCH (n) RETURN `levenshtein`(n.id, 'x') AS id", "levenshtein"),
+        ("MATCH (n) RETURN LeVeNsHtEiN /* hidden */ (n.id, 'x') AS id", "levenshtein"),
+        ("MATCH (n) RETURN n.id AS id ORDER BY list_sort([n.id])", "list_sort"),
+        ("MATCH (n) WHERE size(repeat(n.id, 99999999)) > 0 RETURN n.id AS id", "repeat"),
+        ("MATCH (n) RETURN list_transform([n.id], x -> x + x) AS id", "list_transform"),
+        ("MATCH (n) UNWIND range(1, 1000000000) AS i RETURN n.id AS id", "range"),
+        ("MATCH (n) RETURN concat_ws(n.id, n.id) AS id", "concat_ws"),
+        ("MATCH (n) RETURN to_blob(n.id) AS id", "to_blob"),
+    ],
+)
 def test_any_function_outside_the_allowlist_is_refused(text, function):
     with pytest.raises(CypherFilterError, match=rf"may not call {function}\(\)"):
         validate_cypher(text)
 
 
 def test_keywords_before_a_parenthesis_are_not_calls():
-    validate_cypher("MATCH (a:Model) WHERE NOT (a)-[:JOINS]->(:Model) AND (a.id <> 'x' OR (a.name = 'y')) "
-                    "WITH a WHERE a.id IN ['x'] OR a.name STARTS WITH ('o') RETURN DISTINCT (a.id) AS id "
-                    "ORDER BY (a.id) DESC")
+    validate_cypher(
+        "MATCH (a:Model) WHERE NOT (a)-[:JOINS]->(:Model) AND (a.id <> 'x' OR (a.name = 'y')) "
+        "WITH a WHERE a.id IN ['x'] OR a.name STARTS WITH ('o') RETURN DISTINCT (a.id) AS id "
+        "ORDER BY (a.id) DESC"
+    )
 
 
 def test_allowed_functions_answer(yaml_catalog):
-    cypher = ("MATCH (m:Model)-[:CONTAINS]->(c:Column) WHERE starts_with(lower(m.id), 'jaffle.ord') "
-              "AND size(coalesce(c.description, '')) >= 0 AND NOT contains(upper(c.name), 'ZZZ') "
-              "WITH m, collect(c.id) AS cols WHERE list_contains(cols, m.id + '.customer_id') "
-              "RETURN m.id AS id")
+    cypher = (
+        "MATCH (m:Model)-[:CONTAINS]->(c:Column) WHERE starts_with(lower(m.id), 'jaffle.ord') "
+        "AND size(coalesce(c.description, '')) >= 0 AND NOT contains(upper(c.name), 'ZZZ') "
+        "WITH m, collect(c.id) AS cols WHERE list_contains(cols, m.id + '.customer_id') "
+        "RETURN m.id AS id"
+    )
     with GraphIndex.build(yaml_catalog) as graph:
         assert graph.run(cypher) == {"jaffle.orders"}
 
@@ -203,8 +225,11 @@ _BASELINE: dict[int, list[str]] = {}
 def _answers_normally(engine) -> None:
     """After a hostile filter: a plain search, and a plain cypher filter, answer as they did before
     any hostile one."""
-    models = {cid for cid, e in engine.catalog.entities.items() if e.kind == "model" and not e.hidden
-              and cid.startswith("jaffle.")}
+    models = {
+        cid
+        for cid, e in engine.catalog.entities.items()
+        if e.kind == "model" and not e.hidden and cid.startswith("jaffle.")
+    }
     plain = [h.id for h in engine.search({"question": "orders", "max_results": 10}).results]
     assert plain == _BASELINE.setdefault(id(engine), plain) and plain
     filtered = engine.search({"question": "orders", "cypher_filter": NORMAL_FILTER, "max_results": 50})
@@ -248,9 +273,17 @@ def test_cancel_kills_the_running_filter(engine, monkeypatch):
     cancel = threading.Event()
     threading.Timer(1.0, cancel.set).start()
     with _watch_rss(), pytest.raises(SearchError, match="cancelled"):
-        _bounded(lambda: engine.search({"question": "orders", "max_results": 10,
-                                        "cypher_filter": AMPLIFIERS["levenshtein-on-built-string"][1]}, cancel),
-                 within=5.0)
+        _bounded(
+            lambda: engine.search(
+                {
+                    "question": "orders",
+                    "max_results": 10,
+                    "cypher_filter": AMPLIFIERS["levenshtein-on-built-string"][1],
+                },
+                cancel,
+            ),
+            within=5.0,
+        )
     assert pid is not None and not _alive(pid)
     monkeypatch.undo()
     _answers_normally(engine)
@@ -259,7 +292,9 @@ def test_cancel_kills_the_running_filter(engine, monkeypatch):
 @pytest.mark.slow
 def test_a_slow_filter_blocks_no_other_search_and_a_second_filter_waits_only_its_deadline(engine):
     graph = _graph(engine)
-    slow = threading.Thread(target=lambda: pytest.raises(CypherFilterError, graph.run, CARTESIAN_6), daemon=True)
+    slow = threading.Thread(
+        target=lambda: pytest.raises(CypherFilterError, graph.run, CARTESIAN_6), daemon=True
+    )
     slow.start()
     time.sleep(0.5)  # let it take the graph
     plain = _bounded(lambda: engine.search({"question": "orders", "max_results": 10}), within=5.0)
@@ -357,8 +392,11 @@ SHOP_MODELS_FILTER = "MATCH (m:Model) RETURN m.id AS id"
 def _normal_over_lsp(d: RawDaemon, models: set[str], first_hit: str) -> None:
     plain = d.call("slayer/search", {"question": "orders revenue", "max_results": 5}, timeout=ANSWER_WITHIN_S)
     assert plain["result"]["results"][0]["id"] == first_hit
-    filtered = d.call("slayer/search", {"question": "orders revenue", "cypher_filter": SHOP_MODELS_FILTER,
-                                        "max_results": 50}, timeout=ANSWER_WITHIN_S)
+    filtered = d.call(
+        "slayer/search",
+        {"question": "orders revenue", "cypher_filter": SHOP_MODELS_FILTER, "max_results": 50},
+        timeout=ANSWER_WITHIN_S,
+    )
     ids = {h["id"] for h in filtered["result"]["results"]}
     assert ids and ids <= models
 
@@ -369,18 +407,25 @@ def test_hostile_filters_over_stdio(tmp_path):
     try:
         plain = d.call("slayer/search", {"question": "orders revenue", "max_results": 5})["result"]
         first_hit = plain["results"][0]["id"]
-        every = d.call("slayer/search", {"question": "orders revenue", "cypher_filter": SHOP_MODELS_FILTER,
-                                         "max_results": 1000})["result"]
+        every = d.call(
+            "slayer/search",
+            {"question": "orders revenue", "cypher_filter": SHOP_MODELS_FILTER, "max_results": 1000},
+        )["result"]
         models = {h["id"] for h in every["results"]}
         assert models
         cases = [(name, cypher, STOPPED) for name, cypher in sorted(PASSING.items())]
-        cases += [(name, cypher, (f"may not call {fn}()",)) for name, (fn, cypher) in sorted(AMPLIFIERS.items())]
+        cases += [
+            (name, cypher, (f"may not call {fn}()",)) for name, (fn, cypher) in sorted(AMPLIFIERS.items())
+        ]
         for name, cypher, expected in cases:
             with _watch_rss(d.proc.pid):
                 msg_id = d.request("slayer/search", {"question": "orders", "cypher_filter": cypher})
                 assert not d.wait_for([msg_id], ANSWER_WITHIN_S), f"{name}: no answer"
             error = d.answers(msg_id)[0].get("error")
-            assert error and error["code"] == -32602 and any(e in error["message"] for e in expected), (name, error)
+            assert error and error["code"] == -32602 and any(e in error["message"] for e in expected), (
+                name,
+                error,
+            )
             _normal_over_lsp(d, models, first_hit)
         assert d.alive() and not d.output_problems and not d.duplicates()
     finally:
@@ -391,10 +436,13 @@ def test_hostile_filters_over_stdio(tmp_path):
 def test_cancel_and_shutdown_stop_a_running_filter_over_stdio(tmp_path):
     d = _daemon(tmp_path)
     try:
-        every = d.call("slayer/search", {"question": "orders", "cypher_filter": SHOP_MODELS_FILTER,
-                                         "max_results": 1000})["result"]
+        every = d.call(
+            "slayer/search", {"question": "orders", "cypher_filter": SHOP_MODELS_FILTER, "max_results": 1000}
+        )["result"]
         models = {h["id"] for h in every["results"]}
-        first_hit = d.call("slayer/search", {"question": "orders revenue", "max_results": 5})["result"]["results"][0]["id"]
+        first_hit = d.call("slayer/search", {"question": "orders revenue", "max_results": 5})["result"][
+            "results"
+        ][0]["id"]
         graph_pids = _children(d.proc.pid)
         assert graph_pids  # the graph's process, started by the first filter
 
@@ -454,11 +502,17 @@ def _worker(limits) -> subprocess.Popen:  # type: ignore[no-untyped-def]
 
     from slayer_lsp.search import graph_worker as w
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "MALLOC_ARENA_MAX": "2"}
-    proc = subprocess.Popen([sys.executable, "-m", "slayer_lsp.search.graph_worker",
-                             msgspec.json.encode(limits).decode()], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "MALLOC_ARENA_MAX": "2",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slayer_lsp.search.graph_worker", msgspec.json.encode(limits).decode()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
     assert isinstance(_worker_reply(proc), w.Done)  # started
     rows = [[f"ds.m{i}", f"m{i}", ""] for i in range(5)]
     _worker_send(proc, w.Build(nodes={"Model": rows}, edges=[], cpu_s=30))
@@ -486,8 +540,14 @@ def _worker_reply(proc: subprocess.Popen):  # type: ignore[no-untyped-def]
 def test_the_cpu_limit_ends_a_filter_that_ignores_its_timeout():
     from slayer_lsp.search import graph_worker as w
 
-    proc = _worker(w.Limits(address_space_bytes=G.CHILD_ADDRESS_SPACE_BYTES, buffer_pool_bytes=G.BUFFER_POOL_BYTES,
-                            max_db_bytes=G.BUFFER_POOL_BYTES, threads=1))
+    proc = _worker(
+        w.Limits(
+            address_space_bytes=G.CHILD_ADDRESS_SPACE_BYTES,
+            buffer_pool_bytes=G.BUFFER_POOL_BYTES,
+            max_db_bytes=G.BUFFER_POOL_BYTES,
+            threads=1,
+        )
+    )
     try:
         lev = AMPLIFIERS["levenshtein-on-built-string"][1]
         _worker_send(proc, w.Query(lev, timeout_ms=600_000, max_rows=10, max_id_bytes=1000, cpu_s=2))
@@ -503,8 +563,14 @@ def test_the_cpu_limit_ends_a_filter_that_ignores_its_timeout():
 def test_the_address_space_limit_fails_a_growing_filter():
     from slayer_lsp.search import graph_worker as w
 
-    proc = _worker(w.Limits(address_space_bytes=G.CHILD_ADDRESS_SPACE_BYTES, buffer_pool_bytes=G.BUFFER_POOL_BYTES,
-                            max_db_bytes=G.BUFFER_POOL_BYTES, threads=1))
+    proc = _worker(
+        w.Limits(
+            address_space_bytes=G.CHILD_ADDRESS_SPACE_BYTES,
+            buffer_pool_bytes=G.BUFFER_POOL_BYTES,
+            max_db_bytes=G.BUFFER_POOL_BYTES,
+            threads=1,
+        )
+    )
     try:
         grow = AMPLIFIERS["replace-growth"][1]
         _worker_send(proc, w.Query(grow, timeout_ms=600_000, max_rows=10, max_id_bytes=1000, cpu_s=600))

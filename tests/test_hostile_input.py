@@ -42,6 +42,7 @@ SHOP = REPO / "examples" / "shop"
 
 # ------------------------------------------------------------------------------------------ sandbox
 
+
 @dataclass
 class Sandbox:
     root: Path
@@ -54,8 +55,11 @@ class Sandbox:
 
     def outside_tree(self) -> dict[str, str]:
         """Digest of everything that is neither a store nor the cache."""
-        return {k: v for k, v in tree(self.root).items()
-                if not k.startswith(("store/", "store.db", "cache/", "logs"))}
+        return {
+            k: v
+            for k, v in tree(self.root).items()
+            if not k.startswith(("store/", "store.db", "cache/", "logs"))
+        }
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -72,7 +76,9 @@ def sandbox(tmp_path, monkeypatch) -> Sandbox:
     shutil.copytree(SHOP / "store", store, copy_function=shutil.copyfile)
     db = tmp_path / "store.db"
     shutil.copyfile(SHOP / "store.db", db)
-    sb = Sandbox(tmp_path, store, db, tmp_path / "cwd", tmp_path / "tmp", tmp_path / "outside", tmp_path / "cache")
+    sb = Sandbox(
+        tmp_path, store, db, tmp_path / "cwd", tmp_path / "tmp", tmp_path / "outside", tmp_path / "cache"
+    )
     for d in (sb.cwd, sb.tmp, sb.outside, sb.cache):
         d.mkdir()
     (sb.outside / "secret.csv").write_text("id\nleaked\n")
@@ -104,18 +110,28 @@ REFUSED = [  # (name, cypher_filter, what the message says)
     ("import-database", "MATCH (n) IMPORT DATABASE '{outside}/export'", "keyword IMPORT"),
     ("install-extension", "MATCH (n) INSTALL httpfs", "keyword INSTALL"),
     ("load-extension", "MATCH (n) LOAD EXTENSION '{outside}/evil.so' RETURN n.id AS id", "keyword LOAD"),
-    ("attach", "MATCH (n) ATTACH '{outside}/other.db' AS o (dbtype lbug) RETURN n.id AS id", "keyword ATTACH"),
+    (
+        "attach",
+        "MATCH (n) ATTACH '{outside}/other.db' AS o (dbtype lbug) RETURN n.id AS id",
+        "keyword ATTACH",
+    ),
     ("use", "MATCH (n) USE o RETURN n.id AS id", "keyword USE"),
     ("call-procedure", "MATCH (n) CALL show_tables() RETURN n.id AS id", "keyword CALL"),
     ("call-read-csv", "MATCH (n) CALL read_csv('{outside}/secret.csv') RETURN n.id AS id", "keyword CALL"),
-    ("table-function-as-value", "MATCH (n) RETURN n.id AS id, current_setting('home_directory') AS h",
-     "may not call current_setting()"),
+    (
+        "table-function-as-value",
+        "MATCH (n) RETURN n.id AS id, current_setting('home_directory') AS h",
+        "may not call current_setting()",
+    ),
     ("transaction", "MATCH (n) BEGIN TRANSACTION", "keyword BEGIN"),
     ("checkpoint", "MATCH (n) CHECKPOINT", "keyword CHECKPOINT"),
     ("two-statements", "MATCH (n) RETURN n.id AS id; MATCH (m) DETACH DELETE m", "single statement"),
     ("trailing-semicolon", "MATCH (n) RETURN n.id AS id;", "single statement"),
-    ("keyword-between-comments", "MATCH (n) /* harmless */ DETACH /* */ DELETE n RETURN n.id AS id",
-     "keyword DETACH"),
+    (
+        "keyword-between-comments",
+        "MATCH (n) /* harmless */ DETACH /* */ DELETE n RETURN n.id AS id",
+        "keyword DETACH",
+    ),
     ("keyword-after-block-comment", "MATCH (n) /* x */SET n.x = 1 RETURN n.id AS id", "keyword SET"),
     ("star-swallows-the-close", "MATCH (n) /* **/ SET n.x = 1 RETURN n.id AS id", "unterminated /* comment"),
     ("unterminated-comment", "MATCH (n) RETURN n.id AS id /* DETACH DELETE n", "unterminated /* comment"),
@@ -125,9 +141,16 @@ REFUSED = [  # (name, cypher_filter, what the message says)
     ("nbsp-separator", "MATCH (n) DETACH\u00a0DELETE n RETURN n.id AS id", "keyword DETACH"),
     ("long-s-spelling", "MATCH (n) \u017fet n.id = 'x' RETURN n.id AS id", "keyword SET"),
     ("greek-question-mark", "MATCH (n) RETURN n.id AS id\u037e MATCH (m) DETACH DELETE m", "keyword DETACH"),
-    ("cyrillic-homoglyph", "MATCH (n) \u0421REATE (m:Model {id: 'x'}) RETURN n.id AS id",
-     "may not call \u0441reate()"),
-    ("fullwidth-keyword", "MATCH (n) \uff24\uff25\uff2c\uff25\uff34\uff25 n RETURN n.id AS id", "cypher_filter failed"),
+    (
+        "cyrillic-homoglyph",
+        "MATCH (n) \u0421REATE (m:Model {id: 'x'}) RETURN n.id AS id",
+        "may not call \u0441reate()",
+    ),
+    (
+        "fullwidth-keyword",
+        "MATCH (n) \uff24\uff25\uff2c\uff25\uff34\uff25 n RETURN n.id AS id",
+        "cypher_filter failed",
+    ),
     ("zero-width-in-keyword", "MATCH (n) DE\u200bLETE n RETURN n.id AS id", "cypher_filter failed"),
     ("path-bound-too-high", "MATCH (a)-[*..1000]->(b) RETURN b.id AS id", "exceeds the limit of 10 hops"),
     ("path-lower-bound-too-high", "MATCH (a)-[*20..]->(b) RETURN b.id AS id", "exceeds the limit of 10 hops"),
@@ -136,13 +159,23 @@ REFUSED = [  # (name, cypher_filter, what the message says)
     ("quoted-repeat", "MATCH (n) RETURN `repeat`('x', 2000000000) AS id", "may not call repeat()"),
     ("lpad", "MATCH (n) RETURN lpad(n.id, 2000000000, 'x') AS id", "may not call lpad()"),
     ("range", "MATCH (n) UNWIND range(1, 100000000) AS x RETURN x AS id", "may not call range()"),
-    ("list-reduce", "MATCH (n) WITH collect(n.id) AS l RETURN list_reduce(l, (x, y) -> x + x) AS id",
-     "may not call list_reduce()"),
+    (
+        "list-reduce",
+        "MATCH (n) WITH collect(n.id) AS l RETURN list_reduce(l, (x, y) -> x + x) AS id",
+        "may not call list_reduce()",
+    ),
     ("doubling-chain", "MATCH (n) WITH n.id AS a " + "WITH a + a AS a " * 40 + "RETURN a AS id", "fold"),
     ("concat-chain", "MATCH (n) WITH n.id AS a " + "WITH concat(a, a) AS a " * 12 + "RETURN a AS id", "fold"),
-    ("list-concat", "MATCH (n) WITH [n.id] AS a WITH list_concat(a, a) AS a RETURN size(a) AS id",
-     "may not call list_concat()"),
-    ("replace-growth", "MATCH (n) WITH n.id AS s WITH replace(s, 'a', s) AS s RETURN s AS id", "may not call replace()"),
+    (
+        "list-concat",
+        "MATCH (n) WITH [n.id] AS a WITH list_concat(a, a) AS a RETURN size(a) AS id",
+        "may not call list_concat()",
+    ),
+    (
+        "replace-growth",
+        "MATCH (n) WITH n.id AS s WITH replace(s, 'a', s) AS s RETURN s AS id",
+        "may not call replace()",
+    ),
     ("levenshtein", "MATCH (n) RETURN levenshtein(n.id, 'x') AS id", "may not call levenshtein()"),
     ("too-long", "MATCH (n) RETURN n.id AS id " + "/* x */" * 2000, "the limit is 10000"),
     ("empty", "  /* only a comment */ ", "empty"),
@@ -155,7 +188,10 @@ BOUNDED = [  # accepted: read-only, and bounded by the hop cap
     ("open-upper-bound", "MATCH (a)-[*1..]->(b) RETURN b.id AS id"),
     ("shortest", "MATCH (a)-[* SHORTEST]->(b) RETURN b.id AS id"),
     ("comment-hides-a-second-statement", "MATCH (n:Model) RETURN n.id AS id // ; MATCH (m) DETACH DELETE m"),
-    ("keywords-in-a-string", "MATCH (n) WHERE n.description CONTAINS 'DELETE; DROP TABLE Model' RETURN n.id AS id"),
+    (
+        "keywords-in-a-string",
+        "MATCH (n) WHERE n.description CONTAINS 'DELETE; DROP TABLE Model' RETURN n.id AS id",
+    ),
     ("escaped-quote-keeps-the-string", "MATCH (n) WHERE n.id = 'x\\' DETACH DELETE n //' RETURN n.id AS id"),
     ("keyword-as-quoted-name", "MATCH (n) WHERE n.`name` = 'DELETE' RETURN n.id AS id"),
 ]
@@ -194,15 +230,28 @@ def test_cypher_filter_refused_or_bounded_and_nothing_touched(sandbox, engine):
     assert tree(sandbox.store) == store_before
     assert sandbox.outside_tree() == outside_before
     assert not any(sandbox.cwd.iterdir()) and not any(sandbox.tmp.iterdir())
-    print(f"\n[hostile] cypher_filter: {len(REFUSED)} refused, {len(BOUNDED)} bounded; e.g. {refused['repeat']!r}")
+    print(
+        f"\n[hostile] cypher_filter: {len(REFUSED)} refused, {len(BOUNDED)} bounded; e.g. {refused['repeat']!r}"
+    )
 
 
-@pytest.mark.parametrize(("name", "cypher", "limit"), [
-    ("cartesian-product", "MATCH (a), (b), (c), (d) RETURN a.id AS id", "rows"),
-    ("row-explosion-by-unwind", "MATCH (n) WITH collect(n.id) AS l UNWIND l AS a UNWIND l AS b UNWIND l AS c "
-                                "UNWIND l AS d RETURN a AS id", "rows"),
-    ("path-explosion", "MATCH (a)-[*1..10]-(b)-[*1..10]-(c)-[*1..10]-(d) RETURN DISTINCT d.id AS id", "time"),
-])
+@pytest.mark.parametrize(
+    ("name", "cypher", "limit"),
+    [
+        ("cartesian-product", "MATCH (a), (b), (c), (d) RETURN a.id AS id", "rows"),
+        (
+            "row-explosion-by-unwind",
+            "MATCH (n) WITH collect(n.id) AS l UNWIND l AS a UNWIND l AS b UNWIND l AS c "
+            "UNWIND l AS d RETURN a AS id",
+            "rows",
+        ),
+        (
+            "path-explosion",
+            "MATCH (a)-[*1..10]-(b)-[*1..10]-(c)-[*1..10]-(d) RETURN DISTINCT d.id AS id",
+            "time",
+        ),
+    ],
+)
 def test_cypher_filter_explosions_are_bounded(sandbox, name, cypher, limit):
     """What validation cannot see is stopped while it runs: rows past MAX_FILTER_ROWS, or the query
     deadline (a short one here), each with a message saying which."""
@@ -244,9 +293,24 @@ REFUSED_IDS = [  # (id, what the message says); refused on both backends
     ("\ud800", "lone surrogate"),
     ("x\udcff", "lone surrogate"),
 ]
-ODD_BUT_LEGAL_IDS = ["..", ".", "...", ".hidden", "%2e%2e%2f", "\u2215etc\u2215passwd", "\uff0e\uff0e", "CON",
-                     "nul", "x.md", "-rf", "~", "$HOME", "é" * 100,
-                     ".notes.tmp.v2", ".x.md.tmp.abcdefgh"]  # the last two look like a writer's temp files
+ODD_BUT_LEGAL_IDS = [
+    "..",
+    ".",
+    "...",
+    ".hidden",
+    "%2e%2e%2f",
+    "\u2215etc\u2215passwd",
+    "\uff0e\uff0e",
+    "CON",
+    "nul",
+    "x.md",
+    "-rf",
+    "~",
+    "$HOME",
+    "é" * 100,
+    ".notes.tmp.v2",
+    ".x.md.tmp.abcdefgh",
+]  # the last two look like a writer's temp files
 
 
 @pytest.mark.parametrize("backend", ["yaml", "sqlite"])
@@ -261,8 +325,10 @@ def test_hostile_memory_ids(sandbox, backend):
     outside_before = sandbox.outside_tree()
     yaml_before = tree(sandbox.store)
     for memory_id, why in REFUSED_IDS:
-        for op in (lambda i: save_memory(loc, cat, learning="l", entities=["shop.orders"], id=i),
-                   lambda i: forget_memory(loc, cat, i)):
+        for op in (
+            lambda i: save_memory(loc, cat, learning="l", entities=["shop.orders"], id=i),
+            lambda i: forget_memory(loc, cat, i),
+        ):
             with pytest.raises(MemoryWriteError) as err:
                 op(memory_id)
             assert why in str(err.value), (ascii(memory_id), str(err.value))
@@ -330,13 +396,21 @@ def _plain_visible(text: str) -> str:
     return " ".join(" ".join(visible(line) for line in text.strip().splitlines()).split())
 
 
-markdownish = st.text(alphabet=st.sampled_from(list("<>&\\`*_[]()#|~!-+=:./'\" \t\n\r1)aZé\x00\x1b\u202e\x85")) |
-                      st.characters(), min_size=1, max_size=60)
+markdownish = st.text(
+    alphabet=st.sampled_from(list("<>&\\`*_[]()#|~!-+=:./'\" \t\n\r1)aZé\x00\x1b\u202e\x85"))
+    | st.characters(),
+    min_size=1,
+    max_size=60,
+)
 
 
 @pytest.mark.slow
-@settings(max_examples=6, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                                HealthCheck.data_too_large])
+@settings(
+    max_examples=6,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(texts=st.lists(markdownish, min_size=60, max_size=60))
 def test_escaped_text_renders_as_itself(texts):
     """Property: whatever the text, ``paragraphs`` renders to paragraphs and line breaks holding
@@ -365,10 +439,16 @@ def _hostile_store(sandbox: Sandbox) -> Path:
         col["description"] = payload
         col["label"] = payload.replace("\n", " ")
     model_path.write_text(yaml.safe_dump(model, allow_unicode=True))
-    memory = {"created_at": "2026-01-01T00:00:00Z", "description": PAYLOADS[0] + PAYLOADS[14],
-              "entities": ["shop.orders.status"], "version": 4}
+    memory = {
+        "created_at": "2026-01-01T00:00:00Z",
+        "description": PAYLOADS[0] + PAYLOADS[14],
+        "entities": ["shop.orders.status"],
+        "version": 4,
+    }
     (sandbox.store / "memories" / "hostile.md").write_text(
-        "---\n" + yaml.safe_dump(memory, allow_unicode=True) + "---\n" + "\n\n".join(PAYLOADS), encoding="utf-8")
+        "---\n" + yaml.safe_dump(memory, allow_unicode=True) + "---\n" + "\n\n".join(PAYLOADS),
+        encoding="utf-8",
+    )
     return sandbox.store
 
 
@@ -377,7 +457,9 @@ def assert_card_is_inert(markdown: str, rendered: str) -> None:
     script, heading, quote, table or list item made of user text, no control or bidi character."""
     # linkify turns a bare http(s) URL into a link to exactly what the text says: allowed, and only that
     autolinks = re.findall(r'<a href="([^"]*)">([^<]*)</a>', rendered)
-    assert all(href == html.unescape(text) and href.startswith(("http://", "https://")) for href, text in autolinks)
+    assert all(
+        href == html.unescape(text) and href.startswith(("http://", "https://")) for href, text in autolinks
+    )
     found = md.tags(re.sub(r'<a href="[^"]*">', "", rendered))
     assert {name for name, _ in found} <= ALLOWED_CARD_TAGS, sorted({n for n, _ in found})
     assert not any(attrs.strip() for _, attrs in found), found  # no href, src, on*=, style
@@ -404,11 +486,21 @@ def test_hover_cards_of_hostile_descriptions_are_inert(sandbox):
 
 # ------------------------------------------------------------------------------------------ CLI
 
+
 def _cli(sandbox: Sandbox, *args: str) -> subprocess.CompletedProcess[bytes]:
-    env = {**os.environ, "TMPDIR": str(sandbox.tmp), "SLAYER_LSP_CACHE_DIR": str(sandbox.cache),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.run([sys.executable, "-m", "slayer_lsp", "search", "--storage", str(sandbox.store),
-                           "--no-dense", *args], cwd=sandbox.cwd, env=env, capture_output=True, timeout=300)
+    env = {
+        **os.environ,
+        "TMPDIR": str(sandbox.tmp),
+        "SLAYER_LSP_CACHE_DIR": str(sandbox.cache),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "slayer_lsp", "search", "--storage", str(sandbox.store), "--no-dense", *args],
+        cwd=sandbox.cwd,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow

@@ -122,6 +122,7 @@ def _link(rel: str, target: Callable[[Path, Path], Path]) -> Callable[[Path, Pat
     def plant(store: Path, out: Path) -> Path:
         (store / rel).symlink_to(target(store, out))
         return store / rel
+
     return plant
 
 
@@ -137,6 +138,7 @@ def _write(rel: str, text: str | bytes) -> Callable[[Path, Path], Path]:
             tmp.write_text(text)
         os.replace(tmp, path)
         return path
+
     return plant
 
 
@@ -144,6 +146,7 @@ def _fifo(rel: str) -> Callable[[Path, Path], Path]:
     def plant(store: Path, out: Path) -> Path:
         os.mkfifo(store / rel)
         return store / rel
+
     return plant
 
 
@@ -156,12 +159,19 @@ def _replace_dir_with_link(rel: str) -> Callable[[Path, Path], Path]:
         shutil.rmtree(store / rel)
         (store / rel).symlink_to(out / rel)
         return store / rel
+
     return plant
 
 
 YAML_CASES = [
-    Planted("link to /proc/self/environ", _link("memories/x.md", lambda s, o: Path("/proc/self/environ")), LINK),
-    Planted("link to a file outside", _link("models/shop/evil.yaml", lambda s, o: o / "models" / "evil.yaml"), LINK),
+    Planted(
+        "link to /proc/self/environ", _link("memories/x.md", lambda s, o: Path("/proc/self/environ")), LINK
+    ),
+    Planted(
+        "link to a file outside",
+        _link("models/shop/evil.yaml", lambda s, o: o / "models" / "evil.yaml"),
+        LINK,
+    ),
     Planted("link to a memory outside", _link("memories/x.md", lambda s, o: o / "secret.md"), LINK),
     Planted("link to a directory outside", _link("models/evil", lambda s, o: o / "models"), LINK),
     Planted("link to a file inside", _link("memories/x.md", lambda s, o: s / "memories" / "1.md"), LINK),
@@ -169,25 +179,53 @@ YAML_CASES = [
     Planted("link to a directory as datasource file", _link("datasources/evil.yaml", lambda s, o: o), LINK),
     Planted("FIFO memory", _fifo("memories/x.md"), "is a FIFO"),
     Planted("FIFO model", _fifo("models/shop/evil.yaml"), "is a FIFO"),
-    Planted("billion laughs in a model's meta", _write("models/shop/evil.yaml", model_with_meta(billion_laughs("  "))),
-            f"YAML aliases expand to more than {MAX_ALIAS_NODES} nodes"),
-    Planted("billion laughs in a memory's query", _write("memories/x.md", memory_with_query(billion_laughs("  "))),
-            f"YAML aliases expand to more than {MAX_ALIAS_NODES} nodes"),
-    Planted("an alias inside its own anchor", _write("models/shop/evil.yaml", model_with_meta("  a: &a [1, *a]\n")),
-            "YAML alias '*a' inside the node it names"),
-    Planted("depth hidden in aliases", _write("models/shop/evil.yaml", model_with_meta(deep_alias("  "))),
-            f"YAML nested deeper than {MAX_NESTING} levels once aliases are expanded"),
-    Planted("meta nested 999 deep (flow)", _write("models/shop/evil.yaml",
-                                                  model_with_meta("  x: " + "[" * 999 + "]" * 999 + "\n")),
-            f"YAML nested deeper than {MAX_NESTING} levels"),
-    Planted("meta nested 999 deep (block)", _write("models/shop/evil.yaml", model_with_meta(
-        "".join("  " + " " * i + "k:\n" for i in range(999)))), f"YAML nested deeper than {MAX_NESTING} levels"),
-    Planted("query nested 10**5 deep", _write("memories/x.md", memory_with_query("  x: " + "[" * 100_000 + "\n")),
-            "nested deeper than"),
-    Planted("a 50 MB model", _write("models/shop/evil.yaml", MODEL.encode() + b"#" * 50_000_000),
-            f"is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB"),
-    Planted("a 50 MB memory", _write("memories/x.md", b"---\nentities: [shop]\n---\n" + b"a" * 50_000_000),
-            f"is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB"),
+    Planted(
+        "billion laughs in a model's meta",
+        _write("models/shop/evil.yaml", model_with_meta(billion_laughs("  "))),
+        f"YAML aliases expand to more than {MAX_ALIAS_NODES} nodes",
+    ),
+    Planted(
+        "billion laughs in a memory's query",
+        _write("memories/x.md", memory_with_query(billion_laughs("  "))),
+        f"YAML aliases expand to more than {MAX_ALIAS_NODES} nodes",
+    ),
+    Planted(
+        "an alias inside its own anchor",
+        _write("models/shop/evil.yaml", model_with_meta("  a: &a [1, *a]\n")),
+        "YAML alias '*a' inside the node it names",
+    ),
+    Planted(
+        "depth hidden in aliases",
+        _write("models/shop/evil.yaml", model_with_meta(deep_alias("  "))),
+        f"YAML nested deeper than {MAX_NESTING} levels once aliases are expanded",
+    ),
+    Planted(
+        "meta nested 999 deep (flow)",
+        _write("models/shop/evil.yaml", model_with_meta("  x: " + "[" * 999 + "]" * 999 + "\n")),
+        f"YAML nested deeper than {MAX_NESTING} levels",
+    ),
+    Planted(
+        "meta nested 999 deep (block)",
+        _write(
+            "models/shop/evil.yaml", model_with_meta("".join("  " + " " * i + "k:\n" for i in range(999)))
+        ),
+        f"YAML nested deeper than {MAX_NESTING} levels",
+    ),
+    Planted(
+        "query nested 10**5 deep",
+        _write("memories/x.md", memory_with_query("  x: " + "[" * 100_000 + "\n")),
+        "nested deeper than",
+    ),
+    Planted(
+        "a 50 MB model",
+        _write("models/shop/evil.yaml", MODEL.encode() + b"#" * 50_000_000),
+        f"is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB",
+    ),
+    Planted(
+        "a 50 MB memory",
+        _write("memories/x.md", b"---\nentities: [shop]\n---\n" + b"a" * 50_000_000),
+        f"is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB",
+    ),
 ]
 
 
@@ -224,9 +262,12 @@ def test_a_store_directory_replaced_by_a_link_lists_nothing(tmp_path, clean_yaml
     engine = Engine(store, use_cache=False)
     engine.refresh()
     assert issues(engine) == [(str(path), None, "error", LINK)]
-    kept = {c: v for c, v in clean_yaml[0].items()
-            if not (directory == "memories" and c.startswith("memory:"))
-            and not (directory == "models/shop" and c.startswith("shop."))}
+    kept = {
+        c: v
+        for c, v in clean_yaml[0].items()
+        if not (directory == "memories" and c.startswith("memory:"))
+        and not (directory == "models/shop" and c.startswith("shop."))
+    }
     if directory == "datasources":
         assert "shop" not in served(engine)
     else:
@@ -243,15 +284,25 @@ def test_watcher_hints_do_not_bypass_the_rule(tmp_path, clean_yaml):
     engine.refresh()
     (store / "memories" / "x.md").symlink_to(out / "secret.md")
     (store / "models" / "evil").symlink_to(out / "models")
-    engine.refresh([str(store / "memories" / "x.md"), str(store / "models" / "evil" / "evil.yaml"),
-                    str(store / "models" / ".." / ".." / "outside" / "secret.md"),
-                    str(store / "memories" / ".." / ".." / "outside" / "secret.md")])
+    engine.refresh(
+        [
+            str(store / "memories" / "x.md"),
+            str(store / "models" / "evil" / "evil.yaml"),
+            str(store / "models" / ".." / ".." / "outside" / "secret.md"),
+            str(store / "memories" / ".." / ".." / "outside" / "secret.md"),
+        ]
+    )
     got = {(p, m) for p, _row, _sev, m in issues(engine)}
-    assert got == {(str(store / "memories" / "x.md"), LINK),
-                   (str(store / "models" / "evil" / "evil.yaml"), f"'models/evil' {LINK}")}
+    assert got == {
+        (str(store / "memories" / "x.md"), LINK),
+        (str(store / "models" / "evil" / "evil.yaml"), f"'models/evil' {LINK}"),
+    }
     assert (served(engine), answers(engine)) == clean_yaml
     engine.refresh()  # the full listing refuses the directory link itself
-    assert {p for p, *_ in issues(engine)} == {str(store / "memories" / "x.md"), str(store / "models" / "evil")}
+    assert {p for p, *_ in issues(engine)} == {
+        str(store / "memories" / "x.md"),
+        str(store / "models" / "evil"),
+    }
     assert (served(engine), answers(engine)) == clean_yaml
 
 
@@ -266,7 +317,9 @@ def test_a_file_replaced_by_a_link_keeps_its_last_good_version_never_the_target(
     memory.symlink_to(out / "secret.md")
     engine.refresh([str(memory)])
     assert served(engine) == before
-    assert [m for p, _r, _s, m in issues(engine) if p == str(memory)] == [f"{LINK}; serving its last good version"]
+    assert [m for p, _r, _s, m in issues(engine) if p == str(memory)] == [
+        f"{LINK}; serving its last good version"
+    ]
 
 
 def test_a_long_learning_is_kept_up_to_the_bound_with_a_warning(tmp_path):
@@ -277,9 +330,14 @@ def test_a_long_learning_is_kept_up_to_the_bound_with_a_warning(tmp_path):
     engine.refresh()
     memory = engine.current().catalog.memory("x")
     assert memory is not None and memory.learning == words[:MAX_LEARNING_CHARS]
-    assert issues(engine) == [(str(store / "memories" / "x.md"), None, "warning",
-                               f"learning is {len(words)} characters long; only the first "
-                               f"{MAX_LEARNING_CHARS} are kept")]
+    assert issues(engine) == [
+        (
+            str(store / "memories" / "x.md"),
+            None,
+            "warning",
+            f"learning is {len(words)} characters long; only the first {MAX_LEARNING_CHARS} are kept",
+        )
+    ]
     assert "x" in [h.id for h in engine.search({"question": "tundra", "max_results": 3}).results]
 
 
@@ -302,41 +360,118 @@ def _loose(table: str) -> str:
 
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
 SQLITE_CASES = [
-    Row("memory: BLOB data", "memories", ("INSERT INTO memories (id, data) VALUES ('evil', CAST('{}' AS BLOB))",),
-        "evil", "data is a BLOB, not JSON text"),
-    Row("model: BLOB data", "models", ("INSERT INTO models (data_source, name, data) VALUES "
-                                       "('shop', 'evil', X'7b7d')",), "shop.evil", "data is a BLOB, not JSON text"),
-    Row("memory: JSON nested 10**5 deep", "memories",
-        (f"INSERT INTO memories (id, data) VALUES ('evil', '{{\"id\": \"evil\", \"query\": {{\"x\": {DEEP_JSON}}}}}')",),
-        "evil", f"JSON nested deeper than {MAX_NESTING} levels"),
-    Row("model: JSON nested 10**5 deep", "models",
-        (f"INSERT INTO models (data_source, name, data) VALUES ('shop', 'evil', "
-         f"'{{\"name\": \"evil\", \"meta\": {DEEP_JSON}}}')",), "shop.evil", f"JSON nested deeper than {MAX_NESTING}"),
-    Row("model: JSON nested 999 deep", "models",
-        ("INSERT INTO models (data_source, name, data) VALUES ('shop', 'evil', "
-         "'{\"name\": \"evil\", \"meta\": " + "[" * 999 + "]" * 999 + "}')",), "shop.evil", "JSON nested deeper"),
-    Row("memory: NULL id", "memories", (_loose("memories"), "INSERT INTO memories (id, data) VALUES (NULL, '{}')"),
-        "#1 (NULL id)", "row has NULL id; not loaded"),
-    Row("model: NULL name", "models", (_loose("models"),
-                                       "INSERT INTO models (data_source, name, data) VALUES ('shop', NULL, '{}')"),
-        "#1 (NULL name)", "row has NULL name; not loaded"),
-    Row("model: BLOB key", "models", ("INSERT INTO models (data_source, name, data) VALUES (X'00ff', 'e', '{}')",),
-        "#6 (a BLOB data_source)", "row has a BLOB data_source; not loaded"),
-    Row("memory: NULL data", "memories", (_loose("memories"), "INSERT INTO memories (id, data) VALUES ('evil', NULL)"),
-        "evil", "data is NULL, not JSON text"),
-    Row("memory: invalid JSON", "memories", ("INSERT INTO memories (id, data) VALUES ('evil', '{\"id\": ')",),
-        "evil", "cannot be loaded: Input data was truncated"),
-    Row("model: invalid JSON", "models", ("INSERT INTO models (data_source, name, data) VALUES ('shop', 'evil', "
-                                          "'{\"name\": [}')",), "shop.evil", "cannot be loaded: JSON is malformed"),
-    Row("memory: wrong types", "memories",
-        ("INSERT INTO memories (id, data) VALUES ('evil', '{\"id\": \"evil\", \"entities\": 7}')",), "evil",
-        "Expected `array`, got `int`"),
-    Row("model: wrong types", "models", ("INSERT INTO models (data_source, name, data) VALUES ('shop', 'evil', "
-                                         "'{\"name\": 5, \"columns\": \"x\"}')",), "shop.evil",
-        "Expected `str`, got `int`"),
-    Row("model: a 5 MB row", "models", ("INSERT INTO models (data_source, name, data) VALUES ('shop', 'evil', "
-                                        "'{\"name\": \"evil\", \"description\": \"' || hex(zeroblob(2621440)) || '\"}')",),
-        "shop.evil", f"is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB"),
+    Row(
+        "memory: BLOB data",
+        "memories",
+        ("INSERT INTO memories (id, data) VALUES ('evil', CAST('{}' AS BLOB))",),
+        "evil",
+        "data is a BLOB, not JSON text",
+    ),
+    Row(
+        "model: BLOB data",
+        "models",
+        ("INSERT INTO models (data_source, name, data) VALUES ('shop', 'evil', X'7b7d')",),
+        "shop.evil",
+        "data is a BLOB, not JSON text",
+    ),
+    Row(
+        "memory: JSON nested 10**5 deep",
+        "memories",
+        (
+            f'INSERT INTO memories (id, data) VALUES (\'evil\', \'{{"id": "evil", "query": {{"x": {DEEP_JSON}}}}}\')',
+        ),
+        "evil",
+        f"JSON nested deeper than {MAX_NESTING} levels",
+    ),
+    Row(
+        "model: JSON nested 10**5 deep",
+        "models",
+        (
+            f"INSERT INTO models (data_source, name, data) VALUES ('shop', 'evil', "
+            f'\'{{"name": "evil", "meta": {DEEP_JSON}}}\')',
+        ),
+        "shop.evil",
+        f"JSON nested deeper than {MAX_NESTING}",
+    ),
+    Row(
+        "model: JSON nested 999 deep",
+        "models",
+        (
+            "INSERT INTO models (data_source, name, data) VALUES ('shop', 'evil', "
+            '\'{"name": "evil", "meta": ' + "[" * 999 + "]" * 999 + "}')",
+        ),
+        "shop.evil",
+        "JSON nested deeper",
+    ),
+    Row(
+        "memory: NULL id",
+        "memories",
+        (_loose("memories"), "INSERT INTO memories (id, data) VALUES (NULL, '{}')"),
+        "#1 (NULL id)",
+        "row has NULL id; not loaded",
+    ),
+    Row(
+        "model: NULL name",
+        "models",
+        (_loose("models"), "INSERT INTO models (data_source, name, data) VALUES ('shop', NULL, '{}')"),
+        "#1 (NULL name)",
+        "row has NULL name; not loaded",
+    ),
+    Row(
+        "model: BLOB key",
+        "models",
+        ("INSERT INTO models (data_source, name, data) VALUES (X'00ff', 'e', '{}')",),
+        "#6 (a BLOB data_source)",
+        "row has a BLOB data_source; not loaded",
+    ),
+    Row(
+        "memory: NULL data",
+        "memories",
+        (_loose("memories"), "INSERT INTO memories (id, data) VALUES ('evil', NULL)"),
+        "evil",
+        "data is NULL, not JSON text",
+    ),
+    Row(
+        "memory: invalid JSON",
+        "memories",
+        ("INSERT INTO memories (id, data) VALUES ('evil', '{\"id\": ')",),
+        "evil",
+        "cannot be loaded: Input data was truncated",
+    ),
+    Row(
+        "model: invalid JSON",
+        "models",
+        ("INSERT INTO models (data_source, name, data) VALUES ('shop', 'evil', '{\"name\": [}')",),
+        "shop.evil",
+        "cannot be loaded: JSON is malformed",
+    ),
+    Row(
+        "memory: wrong types",
+        "memories",
+        ('INSERT INTO memories (id, data) VALUES (\'evil\', \'{"id": "evil", "entities": 7}\')',),
+        "evil",
+        "Expected `array`, got `int`",
+    ),
+    Row(
+        "model: wrong types",
+        "models",
+        (
+            "INSERT INTO models (data_source, name, data) VALUES ('shop', 'evil', "
+            '\'{"name": 5, "columns": "x"}\')',
+        ),
+        "shop.evil",
+        "Expected `str`, got `int`",
+    ),
+    Row(
+        "model: a 5 MB row",
+        "models",
+        (
+            "INSERT INTO models (data_source, name, data) VALUES ('shop', 'evil', "
+            '\'{"name": "evil", "description": "\' || hex(zeroblob(2621440)) || \'"}\')',
+        ),
+        "shop.evil",
+        f"is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB",
+    ),
 ]
 
 
@@ -433,8 +568,14 @@ def test_a_cache_file_too_large_or_undecodable_is_discarded_and_rebuilt(tmp_path
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "slayer_lsp", *args], capture_output=True, text=True,
-                          cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO), **env}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "slayer_lsp", *args],
+        capture_output=True,
+        text=True,
+        cwd=str(REPO),
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        timeout=120,
+    )
 
 
 @pytest.mark.slow
@@ -449,17 +590,30 @@ def test_the_cli_answers_on_a_hostile_store_and_check_reports_it(tmp_path, backe
         (store / "memories" / "x.md").symlink_to("/proc/self/environ")
         (store / "models" / "evil").symlink_to(out / "models")
         os.mkfifo(store / "memories" / "fifo.md")
-        (store / "models" / "shop" / "deep.yaml").write_text(model_with_meta("  x: " + "[" * 999 + "]" * 999 + "\n"))
+        (store / "models" / "shop" / "deep.yaml").write_text(
+            model_with_meta("  x: " + "[" * 999 + "]" * 999 + "\n")
+        )
         (store / "models" / "shop" / "lol.yaml").write_text(model_with_meta(billion_laughs("  ")))
         expected = 5
     else:
         store = sqlite_store(tmp_path)
-        plant_rows(store, (SQLITE_CASES[0].sql[0], SQLITE_CASES[3].sql[0], _loose("memories"),
-                           "INSERT INTO memories (id, data) VALUES (NULL, '{}')"))
+        plant_rows(
+            store,
+            (
+                SQLITE_CASES[0].sql[0],
+                SQLITE_CASES[3].sql[0],
+                _loose("memories"),
+                "INSERT INTO memories (id, data) VALUES (NULL, '{}')",
+            ),
+        )
         expected = 3
     storage = ("--storage", str(store))
-    for args in (("search", "--question", "customer city", "--no-dense"), ("status",),
-                 ("inspect", "books.sku"), ("search", "--question", "lol", "--format", "json", "--no-dense")):
+    for args in (
+        ("search", "--question", "customer city", "--no-dense"),
+        ("status",),
+        ("inspect", "books.sku"),
+        ("search", "--question", "lol", "--format", "json", "--no-dense"),
+    ):
         res = cli(*args, *storage, env=env)
         assert res.returncode == 0, (args, res.stderr)
         assert "Traceback" not in res.stderr and "s3cr3t" not in res.stdout + res.stderr, args
@@ -469,6 +623,10 @@ def test_the_cli_answers_on_a_hostile_store_and_check_reports_it(tmp_path, backe
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     found = msgspec.json.decode(res.stdout)
     assert sum(1 for f in found if f["code"] == "load-issue" and f["severity"] == "error") == expected, found
-    if backend == "yaml":  # a directory argument walks the store: the FIFO is not opened, the link not followed
+    if (
+        backend == "yaml"
+    ):  # a directory argument walks the store: the FIFO is not opened, the link not followed
         res = cli("check", *storage, str(store), "--format", "json", env=env)
-        assert res.returncode == 1 and "Traceback" not in res.stderr and "s3cr3t" not in res.stdout, res.stderr
+        assert res.returncode == 1 and "Traceback" not in res.stderr and "s3cr3t" not in res.stdout, (
+            res.stderr
+        )

@@ -27,7 +27,6 @@ from .watchdog import within
 needs_slayer = pytest.mark.skipif(oracle.slayer_python() is None, reason=oracle.SKIP_REASON)
 
 
-
 # ------------------------------------------------------------------------------ linear splitting
 
 MB = 1_000_000
@@ -60,6 +59,7 @@ def test_the_piece_splitter_is_linear(shape, size, bound):
     text = _repeat(SHAPES[shape], size)
     pieces = within(bound, split_pieces, text)
     assert pieces and all(0 < len(p) <= MAX_PIECE_CHARS for p in pieces)
+
     def visible(t: str) -> int:
         return len(re.sub(r"[\s|`]+", "", t))
 
@@ -90,16 +90,19 @@ def store(request, tmp_path):
 def test_a_learning_over_the_limit_is_refused_and_nothing_written(store, size):
     loc, cat = store
     before = memory_ids(loc)
-    with pytest.raises(MemoryWriteError, match=f"learning must be at most {MAX_LEARNING_CHARS} characters; "
-                                               f"got {size}"):
+    with pytest.raises(
+        MemoryWriteError, match=f"learning must be at most {MAX_LEARNING_CHARS} characters; got {size}"
+    ):
         within(10.0, lambda: save_memory(loc, cat, learning="." * size, entities=["orders"]))
     assert memory_ids(loc) == before
 
 
 def test_a_learning_at_the_limit_is_saved(store):
     loc, cat = store
-    saved = within(10.0, lambda: save_memory(loc, cat, learning=_repeat("e.g. x. ", MAX_LEARNING_CHARS),
-                                             entities=["orders"]))
+    saved = within(
+        10.0,
+        lambda: save_memory(loc, cat, learning=_repeat("e.g. x. ", MAX_LEARNING_CHARS), entities=["orders"]),
+    )
     assert len(stored_doc(loc, saved.id)["learning"]) == MAX_LEARNING_CHARS
 
 
@@ -108,21 +111,26 @@ def test_a_learning_at_the_limit_is_saved(store):
 CAFE_NFC, CAFE_NFD = "caf\u00e9", "cafe\u0301"
 
 
-@pytest.mark.parametrize("memory_id, char", [
-    ("abc\u202edcba", "U+202E"),  # right-to-left override
-    ("abc\u2066x\u2069", "U+2066"),  # bidi isolate
-    ("ab\u200bc", "U+200B"),  # zero-width space
-    ("ab\u200dc", "U+200D"),  # zero-width joiner
-    ("\ufeffabc", "U+FEFF"),  # byte-order mark
-    ("soft\u00adhyphen", "U+00AD"),
-    ("private\ue000", "U+E000"),
-    ("unassigned\U000e0080", "U+E0080"),
-])
+@pytest.mark.parametrize(
+    "memory_id, char",
+    [
+        ("abc\u202edcba", "U+202E"),  # right-to-left override
+        ("abc\u2066x\u2069", "U+2066"),  # bidi isolate
+        ("ab\u200bc", "U+200B"),  # zero-width space
+        ("ab\u200dc", "U+200D"),  # zero-width joiner
+        ("\ufeffabc", "U+FEFF"),  # byte-order mark
+        ("soft\u00adhyphen", "U+00AD"),
+        ("private\ue000", "U+E000"),
+        ("unassigned\U000e0080", "U+E0080"),
+    ],
+)
 def test_ids_with_invisible_characters_are_refused(store, memory_id, char):
     loc, cat = store
     before = memory_ids(loc)
-    for call in (lambda: save_memory(loc, cat, learning="x", entities=["orders"], id=memory_id),
-                 lambda: forget_memory(loc, cat, memory_id)):
+    for call in (
+        lambda: save_memory(loc, cat, learning="x", entities=["orders"], id=memory_id),
+        lambda: forget_memory(loc, cat, memory_id),
+    ):
         with pytest.raises(MemoryWriteError, match=f"character {re.escape(char)} .*does not show"):
             call()
     assert memory_ids(loc) == before
@@ -150,8 +158,11 @@ def test_a_stored_twin_in_another_form_or_case_is_a_collision(yaml_store_hostile
     loc, cat = yaml_store_hostile
     (loc.path / "memories" / f"{CAFE_NFD}.md").write_text("---\nentities:\n- orders\n---\nby another tool\n")
     for asked in (CAFE_NFC, "CAF\u00c9"):
-        with pytest.raises(MemoryWriteError, match=r"conflicts with existing 'cafe\u0301' \(differs only by case "
-                                                   r"or Unicode form\)"):
+        with pytest.raises(
+            MemoryWriteError,
+            match=r"conflicts with existing 'cafe\u0301' \(differs only by case "
+            r"or Unicode form\)",
+        ):
             save_memory(loc, cat, learning="x", entities=["orders"], id=asked)
     assert {CAFE_NFC, "CAF\u00c9"}.isdisjoint(memory_ids(loc))
 
@@ -162,8 +173,10 @@ def yaml_store_hostile(tmp_path):
     return loc, load_catalog(loc.path)
 
 
-@pytest.mark.parametrize("raw, key", [("KB.Revenue", "kb.revenue"), (CAFE_NFD, CAFE_NFC), ("CAF\u00c9", CAFE_NFC),
-                                      ("Stra\u00dfe", "strasse")])
+@pytest.mark.parametrize(
+    "raw, key",
+    [("KB.Revenue", "kb.revenue"), (CAFE_NFD, CAFE_NFC), ("CAF\u00c9", CAFE_NFC), ("Stra\u00dfe", "strasse")],
+)
 def test_the_id_key_is_caseless_and_form_blind(raw, key):
     assert writer.memory_id_key(raw) == key
     assert unicodedata.is_normalized("NFC", normalize_memory_id(raw))
@@ -196,8 +209,20 @@ def _files(root) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((root / "memories").iterdir())}
 
 
-HIDDEN_OR_FREE = ["2", "5", "Caf\u00e9.secret", "CAF\u00c9.SECRET", "cafe\u0301.secret", "caf\u00e9.Secret", "1000",
-                  "broken", "BROKEN", "99", "nosuch", "fresh.id"]
+HIDDEN_OR_FREE = [
+    "2",
+    "5",
+    "Caf\u00e9.secret",
+    "CAF\u00c9.SECRET",
+    "cafe\u0301.secret",
+    "caf\u00e9.Secret",
+    "1000",
+    "broken",
+    "BROKEN",
+    "99",
+    "nosuch",
+    "fresh.id",
+]
 
 
 def test_a_scoped_writer_refuses_every_id_it_does_not_reach_alike(scoped):
@@ -206,8 +231,14 @@ def test_a_scoped_writer_refuses_every_id_it_does_not_reach_alike(scoped):
     answers = set()
     for memory_id in HIDDEN_OR_FREE:
         with pytest.raises(MemoryWriteError) as exc:
-            save_memory(engine.location, state.catalog, learning="overwrite", entities=["shop.orders"],
-                        id=memory_id, reachable=reachable)
+            save_memory(
+                engine.location,
+                state.catalog,
+                learning="overwrite",
+                entities=["shop.orders"],
+                id=memory_id,
+                reachable=reachable,
+            )
         answers.add(str(exc.value).replace(repr(memory_id), "<id>"))
     assert len(answers) == 1 and "not a memory this session can update" in answers.pop()
     assert _files(engine.location.path) == before
@@ -215,8 +246,14 @@ def test_a_scoped_writer_refuses_every_id_it_does_not_reach_alike(scoped):
 
 def test_a_scoped_writer_updates_its_own_memories(scoped):
     engine, state, reachable = scoped
-    saved = save_memory(engine.location, state.catalog, learning="Customers upserted.", entities=["shop.customers"],
-                        id="1", reachable=reachable)
+    saved = save_memory(
+        engine.location,
+        state.catalog,
+        learning="Customers upserted.",
+        entities=["shop.customers"],
+        id="1",
+        reachable=reachable,
+    )
     assert saved.id == "1" and not saved.created
     assert stored_doc(engine.location, "1")["learning"] == "Customers upserted."
 
@@ -225,8 +262,13 @@ def test_new_ids_of_a_scoped_writer_reveal_nothing(scoped):
     engine, state, reachable = scoped
     ids = set()
     for n in range(5):
-        saved = save_memory(engine.location, state.catalog, learning=f"note {n}", entities=["shop.orders"],
-                            reachable=reachable)
+        saved = save_memory(
+            engine.location,
+            state.catalog,
+            learning=f"note {n}",
+            entities=["shop.orders"],
+            reachable=reachable,
+        )
         assert re.fullmatch(r"m-[0-9a-f]{16}", saved.id) and saved.created
         ids.add(saved.id)
     assert len(ids) == 5
@@ -297,8 +339,9 @@ READ_BACK = [  # (learning, description, learning as read back, description as r
 
 
 @pytest.mark.parametrize("learning, description, learning_back, description_back", READ_BACK)
-def test_yaml_text_is_stored_as_slayer_reads_it(yaml_store_hostile, learning, description, learning_back,
-                                                description_back):
+def test_yaml_text_is_stored_as_slayer_reads_it(
+    yaml_store_hostile, learning, description, learning_back, description_back
+):
     loc, cat = yaml_store_hostile
     saved = save_memory(loc, cat, learning=learning, description=description, entities=["orders"])
     doc = stored_doc(loc, saved.id)
@@ -311,7 +354,9 @@ def test_yaml_text_is_stored_as_slayer_reads_it(yaml_store_hostile, learning, de
 
 def test_sqlite_text_is_stored_verbatim(tmp_path):
     loc = _copy_store("sqlite", tmp_path)
-    saved = save_memory(loc, load_catalog(loc.path), learning="a\rb\r\nc", description="d\x85e", entities=["orders"])
+    saved = save_memory(
+        loc, load_catalog(loc.path), learning="a\rb\r\nc", description="d\x85e", entities=["orders"]
+    )
     doc = stored_doc(loc, saved.id)
     assert (doc["learning"], doc["description"]) == ("a\rb\r\nc", "d\x85e") and not saved.warnings
 
@@ -325,8 +370,11 @@ def test_slayer_loads_every_hostile_memory_we_wrote(tmp_path, backend):
     ids = []
     for learning, description, _, _ in READ_BACK:
         ids.append(save_memory(loc, cat, learning=learning, description=description, entities=["orders"]).id)
-    ids.append(save_memory(loc, cat, learning=_repeat("e.g. x. ", MAX_LEARNING_CHARS), entities=["orders"],
-                           id=CAFE_NFD).id)
+    ids.append(
+        save_memory(
+            loc, cat, learning=_repeat("e.g. x. ", MAX_LEARNING_CHARS), entities=["orders"], id=CAFE_NFD
+        ).id
+    )
     ids.append(save_memory(loc, cat, learning="scoped", entities=["orders"], reachable=frozenset()).id)
     loaded = oracle.ok(oracle.ask([{"op": "load", "store": str(loc.path)}])[0])
     assert loaded["errors"] == []
@@ -335,7 +383,10 @@ def test_slayer_loads_every_hostile_memory_we_wrote(tmp_path, backend):
         mem = ours.memory(mid)
         theirs = loaded["memories"][mid]
         assert (theirs["learning"], theirs["description"], theirs["entities"]) == (
-            mem.learning, mem.description, list(mem.entities)), mid
+            mem.learning,
+            mem.description,
+            list(mem.entities),
+        ), mid
     assert stored_text(loc, CAFE_NFC) is not None
 
 
@@ -380,9 +431,12 @@ def test_an_index_restriction_scopes_its_counts():
     from slayer_lsp.embed.index import VectorIndex
 
     index = VectorIndex("m", 2)
-    index.upsert_many(["a.x", "a.x#values", "b.y", "b.y#values", "b.y#meaning"], ["column#meaning", "column#values",
-                      "column#meaning", "column#values", "column#meaning"], np.eye(5, 2, dtype=np.float32),
-                      ["h"] * 5)
+    index.upsert_many(
+        ["a.x", "a.x#values", "b.y", "b.y#values", "b.y#meaning"],
+        ["column#meaning", "column#values", "column#meaning", "column#values", "column#meaning"],
+        np.eye(5, 2, dtype=np.float32),
+        ["h"] * 5,
+    )
     assert index.kind_counts() == {"column#meaning": 3, "column#values": 2} and not index.restricted
     index.restrict_to({"a.x"})
     assert index.restricted and index.reachable_count() == 2

@@ -24,36 +24,69 @@ def _col(name, type_="TEXT", description=None, values_=None, pk=False):  # noqa:
 
 
 MODELS = {
-    ("schools", "frpm"): dict(description="Free and reduced-price meal figures per school", columns=[
-        _col("CDSCode", pk=True), _col("FreeMealCount", "INT", "Free meal count"),
-        _col("AcademicYear", "TEXT", values_=["2014-2015"])],
-        joins=[{"target_model": "schools", "join_pairs": [["CDSCode", "CDSCode"]]}]),
-    ("schools", "schools"): dict(description="Schools and their locations", columns=[
-        _col("CDSCode", pk=True), _col("County", values_=["Alameda", "Fresno", "Los Angeles"]),
-        _col("Phone"), _col("OpenDate", "DATE")]),
-    ("schools", "satscores"): dict(description="SAT results", columns=[
-        _col("cds", pk=True), _col("AvgScrMath", "INT"), _col("AvgScrRead", "INT"), _col("NumTstTakr", "INT")],
-        joins=[{"target_model": "schools", "join_pairs": [["cds", "CDSCode"]]}]),
-    ("cards", "customers"): dict(description="Card customers", columns=[
-        _col("CustomerID", "INT", pk=True), _col("Segment", values_=["SME", "LAM", "KAM"]),
-        _col("Currency", values_=["EUR", "CZK"])]),
-    ("cards", "transactions"): dict(description="Card transactions", columns=[
-        _col("TransactionID", "INT", pk=True), _col("CustomerID", "INT"), _col("Amount", "INT"),
-        _col("Price", "REAL", "price paid"), _col("County", "TEXT", "county of the gas station")],
-        joins=[{"target_model": "customers", "join_pairs": [["CustomerID", "CustomerID"]]}]),
+    ("schools", "frpm"): dict(
+        description="Free and reduced-price meal figures per school",
+        columns=[
+            _col("CDSCode", pk=True),
+            _col("FreeMealCount", "INT", "Free meal count"),
+            _col("AcademicYear", "TEXT", values_=["2014-2015"]),
+        ],
+        joins=[{"target_model": "schools", "join_pairs": [["CDSCode", "CDSCode"]]}],
+    ),
+    ("schools", "schools"): dict(
+        description="Schools and their locations",
+        columns=[
+            _col("CDSCode", pk=True),
+            _col("County", values_=["Alameda", "Fresno", "Los Angeles"]),
+            _col("Phone"),
+            _col("OpenDate", "DATE"),
+        ],
+    ),
+    ("schools", "satscores"): dict(
+        description="SAT results",
+        columns=[
+            _col("cds", pk=True),
+            _col("AvgScrMath", "INT"),
+            _col("AvgScrRead", "INT"),
+            _col("NumTstTakr", "INT"),
+        ],
+        joins=[{"target_model": "schools", "join_pairs": [["cds", "CDSCode"]]}],
+    ),
+    ("cards", "customers"): dict(
+        description="Card customers",
+        columns=[
+            _col("CustomerID", "INT", pk=True),
+            _col("Segment", values_=["SME", "LAM", "KAM"]),
+            _col("Currency", values_=["EUR", "CZK"]),
+        ],
+    ),
+    ("cards", "transactions"): dict(
+        description="Card transactions",
+        columns=[
+            _col("TransactionID", "INT", pk=True),
+            _col("CustomerID", "INT"),
+            _col("Amount", "INT"),
+            _col("Price", "REAL", "price paid"),
+            _col("County", "TEXT", "county of the gas station"),
+        ],
+        joins=[{"target_model": "customers", "join_pairs": [["CustomerID", "CustomerID"]]}],
+    ),
 }
 
 MEMORIES = {
-    "7": ("Eligibility: a school counts as high-need when its free meal share is above 60 percent.",
-          ["schools.frpm.FreeMealCount"]),
+    "7": (
+        "Eligibility: a school counts as high-need when its free meal share is above 60 percent.",
+        ["schools.frpm.FreeMealCount"],
+    ),
 }
 
 
 def write_store(root: Path) -> Path:
     for ds in {ds for ds, _ in MODELS}:
         (root / "datasources").mkdir(parents=True, exist_ok=True)
-        (root / "datasources" / f"{ds}.yaml").write_text(yaml.safe_dump(
-            {"name": ds, "type": "sqlite", "connection_string": f"sqlite:///{ds}.db"}))
+        (root / "datasources" / f"{ds}.yaml").write_text(
+            yaml.safe_dump({"name": ds, "type": "sqlite", "connection_string": f"sqlite:///{ds}.db"})
+        )
     for (ds, name), spec in MODELS.items():
         folder = root / "models" / ds
         folder.mkdir(parents=True, exist_ok=True)
@@ -82,10 +115,17 @@ def columns(engine: Engine, question: str, **params) -> list[str]:  # noqa: ANN0
 # --------------------------------------------------------------------------- the pieces
 
 
-@pytest.mark.parametrize("name, split", [
-    ("AvgScrMath", "Avg Scr Math"), ("home_player_Y11", "home player Y 11"), ("NumGE1500", "Num GE 1500"),
-    ("CDSCode", "CDS Code"), ("buildUpPlaySpeed", "build Up Play Speed"), ("plain", "plain"),
-])
+@pytest.mark.parametrize(
+    "name, split",
+    [
+        ("AvgScrMath", "Avg Scr Math"),
+        ("home_player_Y11", "home player Y 11"),
+        ("NumGE1500", "Num GE 1500"),
+        ("CDSCode", "CDS Code"),
+        ("buildUpPlaySpeed", "build Up Play Speed"),
+        ("plain", "plain"),
+    ],
+)
 def test_identifiers_split_as_read(name, split):
     assert name_stems.split_identifier(name) == split
 
@@ -96,10 +136,15 @@ def test_abbreviations_expand_from_the_entitys_own_prose():
     assert "score" not in name_stems.name_stems("AvgScrMath", None, None)  # nothing to expand from
 
 
-@pytest.mark.parametrize("question, shapes", [
-    ("schools opened in 1995", {"date"}), ("books by Rosa Dubois", {"proper"}),
-    ("How many schools are there?", set()), ("Alameda schools", set()),  # one capitalised word at the start
-])
+@pytest.mark.parametrize(
+    "question, shapes",
+    [
+        ("schools opened in 1995", {"date"}),
+        ("books by Rosa Dubois", {"proper"}),
+        ("How many schools are there?", set()),
+        ("Alameda schools", set()),  # one capitalised word at the start
+    ],
+)
 def test_question_shapes(question, shapes):
     assert sampled_values.question_shapes(question) == shapes
 
@@ -113,9 +158,11 @@ def test_a_named_value_lifts_its_column(engine):
 
 
 def test_a_multi_word_value_lifts_its_column(engine):
-    assert columns(engine, "phone numbers of schools in Los Angeles")[:2] == ["schools.schools.Phone",
-                                                                               "schools.schools.County"] \
+    assert (
+        columns(engine, "phone numbers of schools in Los Angeles")[:2]
+        == ["schools.schools.Phone", "schools.schools.County"]
         or columns(engine, "phone numbers of schools in Los Angeles")[0] == "schools.schools.County"
+    )
 
 
 def test_a_split_name_meets_its_words(engine):
@@ -142,8 +189,12 @@ def test_memory_evidence_lifts_what_it_is_tagged_with(engine):
     resp = engine.search({"question": "which schools are high-need?", "max_results": 10})
     ids = [h.id for h in resp.results]
     assert "7" in ids and "schools.frpm.FreeMealCount" in ids
-    assert "schools.frpm.FreeMealCount" not in [h.id for h in engine.search(
-        {"question": "which schools are high-need?", "max_results": 10, "ranking": "slayer"}).results]
+    assert "schools.frpm.FreeMealCount" not in [
+        h.id
+        for h in engine.search(
+            {"question": "which schools are high-need?", "max_results": 10, "ranking": "slayer"}
+        ).results
+    ]
 
 
 def test_scores_are_ordered_and_narrowing_applies(engine):
@@ -161,12 +212,15 @@ def test_named_entities_lead(engine):
     assert resp.results[0].id == "cards.customers.Currency"
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"question": "x", "kinds": ["table"]}, "unknown kinds"),
-    ({"question": "x", "ranking": "slayer", "keyword": "x"}, "need ranking 'hybrid'"),
-    ({"question": "x", "related": -1}, "related must be >= 0"),
-    ({"question": "x", "limit": 0}, "max_results must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"question": "x", "kinds": ["table"]}, "unknown kinds"),
+        ({"question": "x", "ranking": "slayer", "keyword": "x"}, "need ranking 'hybrid'"),
+        ({"question": "x", "related": -1}, "related must be >= 0"),
+        ({"question": "x", "limit": 0}, "max_results must be >= 1"),
+    ],
+)
 def test_bad_narrowing_is_refused_clearly(engine, params, message):
     with pytest.raises(SearchError, match=message):
         engine.search(params)
@@ -190,7 +244,9 @@ def test_a_facet_ranks_that_facet_alone(engine):
     assert [h.id for h in by_values.results][:1] == ["schools.schools.County"]
     assert all(h.kind == "column" for h in by_values.results)
     by_meaning = engine.search({"question": "Fresno", "facet": "meaning"})
-    assert "schools.schools.County" not in [h.id for h in by_meaning.results]  # no name or description says it
+    assert "schools.schools.County" not in [
+        h.id for h in by_meaning.results
+    ]  # no name or description says it
     with pytest.raises(SearchError, match="unknown facet"):
         engine.search({"question": "x", "facet": "colour"})
     with pytest.raises(SearchError, match="need ranking 'hybrid'"):
@@ -211,11 +267,17 @@ def test_answers_do_not_depend_on_the_hash_seed(tmp_path):
         "qs = ['free meal count of schools in Alameda county', 'customers in LAM', 'average math score',\n"
         "      'which schools are high-need?', 'county', 'price paid by card customers']\n"
         "print(json.dumps([[(h.kind, h.id, h.score) for h in e.search({'question': q, 'max_results': 40}).results]\n"
-        "                  for q in qs]))\n")
+        "                  for q in qs]))\n"
+    )
     outs = set()
     for seed in ("0", "1", "2"):
-        run = subprocess.run([sys.executable, "-c", script, str(store)], capture_output=True, text=True,
-                             env={**__import__("os").environ, "PYTHONHASHSEED": seed}, timeout=120)
+        run = subprocess.run(
+            [sys.executable, "-c", script, str(store)],
+            capture_output=True,
+            text=True,
+            env={**__import__("os").environ, "PYTHONHASHSEED": seed},
+            timeout=120,
+        )
         assert run.returncode == 0, run.stderr
         outs.add(run.stdout)
     assert len(outs) == 1

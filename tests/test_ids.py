@@ -10,8 +10,13 @@ from slayer_lsp.catalog import ids
 SHAPES = {
     "jaffle": ("jaffle", None, "jaffle", None, ["jaffle"]),
     "jaffle.orders": ("jaffle", "jaffle.orders", "orders", "jaffle", ["jaffle", "jaffle.orders"]),
-    "jaffle.orders.amount": ("jaffle", "jaffle.orders", "amount", "jaffle.orders",
-                             ["jaffle", "jaffle.orders", "jaffle.orders.amount"]),
+    "jaffle.orders.amount": (
+        "jaffle",
+        "jaffle.orders",
+        "amount",
+        "jaffle.orders",
+        ["jaffle", "jaffle.orders", "jaffle.orders.amount"],
+    ),
 }
 
 
@@ -36,10 +41,13 @@ def test_a_model_id_splits_into_its_datasource_and_name():
     assert ids.split_model_id("jaffle.orders") == ("jaffle", "orders")
 
 
-@pytest.mark.parametrize("canonical, name, expected", [
-    ("jaffle", "shop", "shop"),
-    ("jaffle.orders", "sales", "jaffle.sales"),
-    ("jaffle.orders.amount", "total", "jaffle.orders.total"),
-])
+@pytest.mark.parametrize(
+    "canonical, name, expected",
+    [
+        ("jaffle", "shop", "shop"),
+        ("jaffle.orders", "sales", "jaffle.sales"),
+        ("jaffle.orders.amount", "total", "jaffle.orders.total"),
+    ],
+)
 def test_with_name_keeps_the_parent(canonical, name, expected):
     assert ids.with_name(canonical, name) == expected

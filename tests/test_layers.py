@@ -40,9 +40,14 @@ def _private_uses(path: Path) -> list[str]:
                 if alias.name.startswith("slayer_lsp") and alias.asname:
                     modules[alias.asname] = alias.name
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
-                and node.attr.startswith("_") and not node.attr.startswith("__")
-                and modules[node.value.id] != here):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and modules[node.value.id] != here
+        ):
             found.append(f"{here}:{node.lineno} uses {modules[node.value.id]}.{node.attr}")
     return found
 
@@ -61,21 +66,34 @@ def test_no_private_name_crosses_a_module() -> None:
 
 def test_the_private_name_check_sees_both_forms(tmp_path: Path) -> None:
     probe = PACKAGE / "_layers_probe.py"
-    probe.write_text("from slayer_lsp.catalog.snapshot import _model_sort\n"
-                     "from slayer_lsp.catalog import snapshot\n"
-                     "x = snapshot._model_sort\n", encoding="utf-8")
+    probe.write_text(
+        "from slayer_lsp.catalog.snapshot import _model_sort\n"
+        "from slayer_lsp.catalog import snapshot\n"
+        "x = snapshot._model_sort\n",
+        encoding="utf-8",
+    )
     try:
         assert len(_private_uses(probe)) == 2
     finally:
         probe.unlink()
 
 
-@pytest.mark.skipif(shutil.which("lint-imports") is None and importlib.util.find_spec("importlinter") is None,
-                    reason="import-linter is not installed")
+@pytest.mark.skipif(
+    shutil.which("lint-imports") is None and importlib.util.find_spec("importlinter") is None,
+    reason="import-linter is not installed",
+)
 def test_import_contracts_hold() -> None:
     """store -> catalog -> query -> texts -> reach -> writer -> embed -> {search, analysis} -> engine
     -> front ends, and only lsp/ (mcp/) imports the LSP (MCP) packages."""
-    run = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
-                          "sys.exit(lint_imports_command())"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout + run.stderr

@@ -15,18 +15,40 @@ def test_defaults():
     assert opts.diagnostics.enable and opts.storage is None
 
 
-@pytest.mark.parametrize("raw", [
-    {"storage": "/s", "diagnostics": {"enable": False, "debounceMs": 50}, "hover": {"maxChars": 900},
-     "files": {"queryPatterns": ["**/*.q.yaml"], "memoryPatterns": ["notes/*.md"]},
-     "embedding": {"model": "bge-small"}, "scope": {"datasources": ["jaffle"], "accessTags": ["pii"]}},
-    {"storage": "/s", "diagnostics": {"enable": False, "debounce_ms": 50}, "hover": {"max_chars": 900},
-     "files": {"query_patterns": ["**/*.q.yaml"], "memory_patterns": "notes/*.md"},
-     "embedding": {"model": "bge-small"}, "scope": {"datasources": "jaffle", "access_tags": ["pii"]}},
-    {"slayerLsp": {"storage": "/s", "diagnostics": {"enable": False, "debounceMs": 50}, "hover": {"maxChars": 900},
-                   "files": {"queryPatterns": ["**/*.q.yaml"], "memoryPatterns": ["notes/*.md"]},
-                   "embedding": {"model": "bge-small"}, "scope": {"datasources": ["jaffle"], "accessTags": ["pii"]},
-                   "trace": {"server": "off"}, "server": {"command": []}}},
-], ids=["camel", "snake-and-scalars", "pushed-section"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {
+            "storage": "/s",
+            "diagnostics": {"enable": False, "debounceMs": 50},
+            "hover": {"maxChars": 900},
+            "files": {"queryPatterns": ["**/*.q.yaml"], "memoryPatterns": ["notes/*.md"]},
+            "embedding": {"model": "bge-small"},
+            "scope": {"datasources": ["jaffle"], "accessTags": ["pii"]},
+        },
+        {
+            "storage": "/s",
+            "diagnostics": {"enable": False, "debounce_ms": 50},
+            "hover": {"max_chars": 900},
+            "files": {"query_patterns": ["**/*.q.yaml"], "memory_patterns": "notes/*.md"},
+            "embedding": {"model": "bge-small"},
+            "scope": {"datasources": "jaffle", "access_tags": ["pii"]},
+        },
+        {
+            "slayerLsp": {
+                "storage": "/s",
+                "diagnostics": {"enable": False, "debounceMs": 50},
+                "hover": {"maxChars": 900},
+                "files": {"queryPatterns": ["**/*.q.yaml"], "memoryPatterns": ["notes/*.md"]},
+                "embedding": {"model": "bge-small"},
+                "scope": {"datasources": ["jaffle"], "accessTags": ["pii"]},
+                "trace": {"server": "off"},
+                "server": {"command": []},
+            }
+        },
+    ],
+    ids=["camel", "snake-and-scalars", "pushed-section"],
+)
 def test_valid(raw):
     opts, problems = parse_options(raw)
     assert problems == []
@@ -36,17 +58,26 @@ def test_valid(raw):
     assert opts.scope.datasources == ("jaffle",) and opts.scope.access_tags == ("pii",)
 
 
-@pytest.mark.parametrize(("raw", "problem"), [
-    ({"diagnostics": {"enable": "yes"}}, "'diagnostics.enable': expected true or false, got a string; using True"),
-    ({"diagnostics": {"debounceMs": -1}}, "'diagnostics.debounceMs': expected a value between 0 and 10000"),
-    ({"diagnostics": {"debounceMs": 1.5}}, "'diagnostics.debounceMs': expected an integer, got a number"),
-    ({"hover": {"maxChars": 10}}, "'hover.maxChars': expected a value between 200"),
-    ({"files": {"queryPatterns": [1]}}, "'files.queryPatterns': expected a list of non-empty strings"),
-    ({"storage": 3}, "'storage': expected a string, got a number; using None"),
-    ({"diagnostics": []}, "'diagnostics' must be an object, got a list; ignored"),
-    ({"colour": "red"}, "unknown option 'colour'; ignored"),
-    ("nope", "options must be an object, got a string; ignored"),
-])
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (
+            {"diagnostics": {"enable": "yes"}},
+            "'diagnostics.enable': expected true or false, got a string; using True",
+        ),
+        (
+            {"diagnostics": {"debounceMs": -1}},
+            "'diagnostics.debounceMs': expected a value between 0 and 10000",
+        ),
+        ({"diagnostics": {"debounceMs": 1.5}}, "'diagnostics.debounceMs': expected an integer, got a number"),
+        ({"hover": {"maxChars": 10}}, "'hover.maxChars': expected a value between 200"),
+        ({"files": {"queryPatterns": [1]}}, "'files.queryPatterns': expected a list of non-empty strings"),
+        ({"storage": 3}, "'storage': expected a string, got a number; using None"),
+        ({"diagnostics": []}, "'diagnostics' must be an object, got a list; ignored"),
+        ({"colour": "red"}, "unknown option 'colour'; ignored"),
+        ("nope", "options must be an object, got a string; ignored"),
+    ],
+)
 def test_invalid_values_fall_back(raw, problem):
     opts, problems = parse_options(raw)
     assert opts == Options()

@@ -55,7 +55,9 @@ def test_paraphrase_finds_its_memory_in_the_default_top3(engines, store, memory_
     question = CASES[store][memory_id]
     resp = engines[store].search({"question": question, "max_results": 10})
     top = [(h.kind, h.id) for h in resp.results[:3]]
-    assert ("memory", memory_id) in top, f"{question!r}: {[(h.kind, h.id, h.score) for h in resp.results[:6]]}"
+    assert ("memory", memory_id) in top, (
+        f"{question!r}: {[(h.kind, h.id, h.score) for h in resp.results[:6]]}"
+    )
 
 
 @pytest.mark.parametrize("store", list(STORES))

@@ -28,11 +28,24 @@ def _stamp(days_ago: float) -> str:
     return (NOW - timedelta(days=days_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _write(store, mid: str, learning: str, entities=(), description=None, days_ago: float = 30.0,
-           created_at: str | None = None) -> None:
-    doc = {"version": 4, "id": mid, "learning": learning, "description": description,
-           "entities": list(entities), "query": None,
-           "created_at": created_at if created_at is not None else _stamp(days_ago)}
+def _write(
+    store,
+    mid: str,
+    learning: str,
+    entities=(),
+    description=None,
+    days_ago: float = 30.0,
+    created_at: str | None = None,
+) -> None:
+    doc = {
+        "version": 4,
+        "id": mid,
+        "learning": learning,
+        "description": description,
+        "entities": list(entities),
+        "query": None,
+        "created_at": created_at if created_at is not None else _stamp(days_ago),
+    }
     (store / "memories" / f"{mid}.md").write_text(memory_markdown(doc), encoding="utf-8")
 
 
@@ -60,32 +73,56 @@ def _ids(matches: list[MemoryMatch]) -> list[str]:
 # --------------------------------------------------------------------------- pieces
 
 
-@pytest.mark.parametrize("text, pieces", [
-    ("Invoices are settled by bank transfer. They moved to card payments in the autumn.",
-     ["Invoices are settled by bank transfer.", "They moved to card payments in the autumn."]),
-    # abbreviations, initials and decimals do not end a sentence
-    ("Use e.g. the orders table first. Dr. Smith approved it on Jan. 5 this year. Revenue is 3.5% higher.",
-     ["Use e.g. the orders table first.", "Dr. Smith approved it on Jan. 5 this year.", "Revenue is 3.5% higher."]),
-    ("Ask J. R. Hartley about it. He knows the U.S. market well.",
-     ["Ask J. R. Hartley about it.", "He knows the U.S. market well."]),
-    # canonical ids stay whole
-    ("The column jaffle.orders.amount holds cents. Divide it by 100 first.",
-     ["The column jaffle.orders.amount holds cents.", "Divide it by 100 first."]),
-    # bullets and numbered items are pieces; a short label joins the piece after it
-    ("Notes:\n- refunds go through Stripe\n- chargebacks go to finance\n1. first numbered step here",
-     ["Notes: refunds go through Stripe", "chargebacks go to finance", "first numbered step here"]),
-    # soft-wrapped lines are joined
-    ("A line that is\nsoft wrapped across\nthree lines. And another sentence here.",
-     ["A line that is soft wrapped across three lines.", "And another sentence here."]),
-    # a title line joins its sentence; a one-word reply joins its neighbour
-    ("Payment terms\nCustomer pays within 30 days of invoice.", ["Payment terms Customer pays within 30 days of invoice."]),
-    ("Yes. The refunds go through Stripe.", ["Yes. The refunds go through Stripe."]),
-    # semicolons separate facts (BIRD-style evidence)
-    ("high rating refers to MAX(rating); low potential refers to MIN(potential);",
-     ["high rating refers to MAX(rating);", "low potential refers to MIN(potential);"]),
-    ("", []),
-    ("   \n\n  ", []),
-])
+@pytest.mark.parametrize(
+    "text, pieces",
+    [
+        (
+            "Invoices are settled by bank transfer. They moved to card payments in the autumn.",
+            ["Invoices are settled by bank transfer.", "They moved to card payments in the autumn."],
+        ),
+        # abbreviations, initials and decimals do not end a sentence
+        (
+            "Use e.g. the orders table first. Dr. Smith approved it on Jan. 5 this year. Revenue is 3.5% higher.",
+            [
+                "Use e.g. the orders table first.",
+                "Dr. Smith approved it on Jan. 5 this year.",
+                "Revenue is 3.5% higher.",
+            ],
+        ),
+        (
+            "Ask J. R. Hartley about it. He knows the U.S. market well.",
+            ["Ask J. R. Hartley about it.", "He knows the U.S. market well."],
+        ),
+        # canonical ids stay whole
+        (
+            "The column jaffle.orders.amount holds cents. Divide it by 100 first.",
+            ["The column jaffle.orders.amount holds cents.", "Divide it by 100 first."],
+        ),
+        # bullets and numbered items are pieces; a short label joins the piece after it
+        (
+            "Notes:\n- refunds go through Stripe\n- chargebacks go to finance\n1. first numbered step here",
+            ["Notes: refunds go through Stripe", "chargebacks go to finance", "first numbered step here"],
+        ),
+        # soft-wrapped lines are joined
+        (
+            "A line that is\nsoft wrapped across\nthree lines. And another sentence here.",
+            ["A line that is soft wrapped across three lines.", "And another sentence here."],
+        ),
+        # a title line joins its sentence; a one-word reply joins its neighbour
+        (
+            "Payment terms\nCustomer pays within 30 days of invoice.",
+            ["Payment terms Customer pays within 30 days of invoice."],
+        ),
+        ("Yes. The refunds go through Stripe.", ["Yes. The refunds go through Stripe."]),
+        # semicolons separate facts (BIRD-style evidence)
+        (
+            "high rating refers to MAX(rating); low potential refers to MIN(potential);",
+            ["high rating refers to MAX(rating);", "low potential refers to MIN(potential);"],
+        ),
+        ("", []),
+        ("   \n\n  ", []),
+    ],
+)
 def test_split_pieces(text, pieces):
     assert split_pieces(text) == pieces
 
@@ -100,20 +137,44 @@ def test_long_sentences_are_cut_at_a_bound_without_losing_words():
 
 
 def test_pieces_cover_the_text_without_overlap():
-    text = ("Refunds over $500 need a manager. The manager is on the finance rota, see ds.finance.rota. "
-            "Card payments settle in 2.5 days; bank transfers take longer.\n\n- escalate after 10 days")
+    text = (
+        "Refunds over $500 need a manager. The manager is on the finance rota, see ds.finance.rota. "
+        "Card payments settle in 2.5 days; bank transfers take longer.\n\n- escalate after 10 days"
+    )
     pieces = split_pieces(text)
     assert " ".join(pieces).split() == text.replace("- escalate", "escalate").split()
 
 
-_WORDS = ["refunds", "Manager", "e.g.", "Dr.", "3.5", "ds.model.col", "PROD-4471", "end.", "Why?", "yes!",
-          "x;", "U.S.", "approx.", "J.", "(note)", "\"quoted.\"", "a" * 120, "done...", "costs,", "then:"]
+_WORDS = [
+    "refunds",
+    "Manager",
+    "e.g.",
+    "Dr.",
+    "3.5",
+    "ds.model.col",
+    "PROD-4471",
+    "end.",
+    "Why?",
+    "yes!",
+    "x;",
+    "U.S.",
+    "approx.",
+    "J.",
+    "(note)",
+    '"quoted."',
+    "a" * 120,
+    "done...",
+    "costs,",
+    "then:",
+]
 
 
 @pytest.mark.slow
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=80), st.lists(st.sampled_from([" ", "  ", "\t"]),
-                                                                          min_size=80, max_size=80))
+@given(
+    st.lists(st.sampled_from(_WORDS), min_size=1, max_size=80),
+    st.lists(st.sampled_from([" ", "  ", "\t"]), min_size=80, max_size=80),
+)
 def test_prose_pieces_are_bounded_and_lose_or_repeat_nothing(words, gaps):
     text = "".join(w + g for w, g in zip(words, gaps, strict=False))
     pieces = split_pieces(text)
@@ -122,66 +183,88 @@ def test_prose_pieces_are_bounded_and_lose_or_repeat_nothing(words, gaps):
 
 
 def test_piece_texts_learning_then_description_never_query_or_tags():
-    mem = d.Memory(id="1", learning="Refunds need a manager. Card payments settle fast.",
-                   description="Who approves refunds here", entities=["jaffle.orders"],
-                   query={"source_model": "orders", "fields": ["zzqueryonly"]})
-    assert piece_texts(mem) == ["Refunds need a manager.", "Card payments settle fast.", "Who approves refunds here"]
-    repeated = d.Memory(id="2", learning="Refunds need a manager. Card payments settle fast.",
-                        description="Refunds need a manager.")
+    mem = d.Memory(
+        id="1",
+        learning="Refunds need a manager. Card payments settle fast.",
+        description="Who approves refunds here",
+        entities=["jaffle.orders"],
+        query={"source_model": "orders", "fields": ["zzqueryonly"]},
+    )
+    assert piece_texts(mem) == [
+        "Refunds need a manager.",
+        "Card payments settle fast.",
+        "Who approves refunds here",
+    ]
+    repeated = d.Memory(
+        id="2",
+        learning="Refunds need a manager. Card payments settle fast.",
+        description="Refunds need a manager.",
+    )
     assert piece_texts(repeated) == ["Refunds need a manager.", "Card payments settle fast."]
     assert piece_texts(d.Memory(id="3", learning="Same thing said twice. Same thing said twice.")) == [
-        "Same thing said twice."]
+        "Same thing said twice."
+    ]
 
 
 # --------------------------------------------------------------------------- exact tokens
 
 
-@pytest.mark.parametrize("question, expected", [
-    ("did we ever sort out the packaging fault on PROD-4471?", [("PROD-4471", "code")]),
-    ("status of order #88123", [("88123", "number")]),
-    ("was order 4471 shipped late?", [("4471", "number")]),
-    ("which card owner had No.667467?", [("667467", "number")]),
-    ("what does jaffle.orders.amount mean", [("jaffle.orders.amount", "canonical")]),
-    ("see memory:12 for details", [("memory:12", "memory")]),
-    ("id 123e4567-e89b-12d3-a456-426614174000 broke", [("123e4567-e89b-12d3-a456-426614174000", "uuid")]),
-    ("SKU A12B34 is out of stock", [("A12B34", "code")]),
-    ("is invoice INV-2024-0012 unpaid?", [("INV-2024-0012", "code")]),
-    ("why is the 0x1F3A flag set", [("0x1F3A", "code")]),
-    ("what is \"net revenue\" here?", [("net revenue", "quoted")]),
-    ("what goes in the order_total column", [("order_total", "identifier")]),
-    ("who owns the PROD-XL line", [("PROD-XL", "code")]),
-    ("call 555-0199 about it", [("555-0199", "number")]),
-    ("mail jane@acme.com about SKU123", [("jane@acme.com", "email"), ("SKU123", "code")]),
-    ("what happened on 2024-01-15?", [("2024-01-15", "date")]),
-])
+@pytest.mark.parametrize(
+    "question, expected",
+    [
+        ("did we ever sort out the packaging fault on PROD-4471?", [("PROD-4471", "code")]),
+        ("status of order #88123", [("88123", "number")]),
+        ("was order 4471 shipped late?", [("4471", "number")]),
+        ("which card owner had No.667467?", [("667467", "number")]),
+        ("what does jaffle.orders.amount mean", [("jaffle.orders.amount", "canonical")]),
+        ("see memory:12 for details", [("memory:12", "memory")]),
+        ("id 123e4567-e89b-12d3-a456-426614174000 broke", [("123e4567-e89b-12d3-a456-426614174000", "uuid")]),
+        ("SKU A12B34 is out of stock", [("A12B34", "code")]),
+        ("is invoice INV-2024-0012 unpaid?", [("INV-2024-0012", "code")]),
+        ("why is the 0x1F3A flag set", [("0x1F3A", "code")]),
+        ('what is "net revenue" here?', [("net revenue", "quoted")]),
+        ("what goes in the order_total column", [("order_total", "identifier")]),
+        ("who owns the PROD-XL line", [("PROD-XL", "code")]),
+        ("call 555-0199 about it", [("555-0199", "number")]),
+        ("mail jane@acme.com about SKU123", [("jane@acme.com", "email"), ("SKU123", "code")]),
+        ("what happened on 2024-01-15?", [("2024-01-15", "date")]),
+    ],
+)
 def test_distinctive_tokens_by_shape(question, expected):
     assert [(t.text, t.shape) for t in extract_tokens(question)] == expected
 
 
-@pytest.mark.parametrize("question", [
-    "who do we chase about an unpaid invoice?",
-    "how do they pay?",
-    "when do they want the report?",
-    "What were total sales in 2023?",
-    "Show the top 10 customers by revenue in Q3",
-    "How many orders took more than 24h to ship?",
-    "What is the 2nd largest region, e.g. by area?",
-    "Revenue grew 3.5% year over year; why?",
-    "Is the CFO happy with the VAT report?",
-    "U.S. sales vs. EU sales in FY2024",
-    "orders above 1,000,000 dollars with a 3.5GHz CPU at 10am",
-    "what's the customer's lifetime value?",
-    "",
-])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "who do we chase about an unpaid invoice?",
+        "how do they pay?",
+        "when do they want the report?",
+        "What were total sales in 2023?",
+        "Show the top 10 customers by revenue in Q3",
+        "How many orders took more than 24h to ship?",
+        "What is the 2nd largest region, e.g. by area?",
+        "Revenue grew 3.5% year over year; why?",
+        "Is the CFO happy with the VAT report?",
+        "U.S. sales vs. EU sales in FY2024",
+        "orders above 1,000,000 dollars with a 3.5GHz CPU at 10am",
+        "what's the customer's lifetime value?",
+        "",
+    ],
+)
 def test_ordinary_questions_have_no_exact_tokens(question):
     assert extract_tokens(question) == []
 
 
 def test_literal_index_matches_whole_tokens_case_insensitively():
-    ix = LiteralIndex([("a", ["Incident PROD-4471: cartons crushed.", "Second piece."]),
-                       ("b", ["See (prod-4471) too"]),
-                       ("c", ["PROD-4471-B is another product", "jaffle.orders.amount is cents"]),
-                       ("e", ["net revenue excludes tax", "revenue, net of refunds"])])
+    ix = LiteralIndex(
+        [
+            ("a", ["Incident PROD-4471: cartons crushed.", "Second piece."]),
+            ("b", ["See (prod-4471) too"]),
+            ("c", ["PROD-4471-B is another product", "jaffle.orders.amount is cents"]),
+            ("e", ["net revenue excludes tax", "revenue, net of refunds"]),
+        ]
+    )
     assert ix.lookup("PROD-4471") == {"a": (0,), "b": (0,)}  # never PROD-4471-B
     assert ix.lookup("4471") == {"a": (0,), "b": (0,), "c": (0,)}  # a part of a compound token
     assert ix.ids("amount") == {"c"} and ix.ids("jaffle.orders.amount") == {"c"}
@@ -227,10 +310,20 @@ def test_future_and_naive_stamps():
 
 
 def test_documented_curve_table_matches_the_function():
-    rows = re.findall(r"^\s{4}(0 \(now\)|1 day|1 week|1 month|1 year|2 years|5\+ years)\s+([\d.]+)\s+([\d.]+)",
-                      recency.__doc__ or "", re.M)
-    days = {"0 (now)": 0, "1 day": 1, "1 week": 7, "1 month": 365.25 / 12, "1 year": 365.25,
-            "2 years": 730.5, "5+ years": 5 * 365.25}
+    rows = re.findall(
+        r"^\s{4}(0 \(now\)|1 day|1 week|1 month|1 year|2 years|5\+ years)\s+([\d.]+)\s+([\d.]+)",
+        recency.__doc__ or "",
+        re.M,
+    )
+    days = {
+        "0 (now)": 0,
+        "1 day": 1,
+        "1 week": 7,
+        "1 month": 365.25 / 12,
+        "1 year": 365.25,
+        "2 years": 730.5,
+        "5+ years": 5 * 365.25,
+    }
     assert len(rows) == len(days)
     for label, s, factor in rows:
         assert recency.staleness(days[label]) == pytest.approx(float(s), abs=6e-4), label
@@ -257,8 +350,12 @@ def test_a_much_better_old_match_beats_a_barely_relevant_new_one(store):
 
 
 def test_one_entry_per_memory_with_its_best_piece(store):
-    _write(store, "long", "Refunds are approved by a manager. Refund approvals take two days. "
-                          "Refund requests over $500 need the refund form. The weather was nice.")
+    _write(
+        store,
+        "long",
+        "Refunds are approved by a manager. Refund approvals take two days. "
+        "Refund requests over $500 need the refund form. The weather was nice.",
+    )
     _write(store, "short", "Refund policy changed in spring.")
     cat, index, matches = _ranked(store, question="who approves refunds?")
     assert sorted(_ids(matches)) == ["long", "short"]  # one hit per memory however many pieces matched
@@ -351,7 +448,9 @@ def test_what_a_memory_is_about_counts_without_its_tags_being_a_piece(store):
     _write(store, "tagged", "Use the net figure for reports.", entities=["jaffle.customers"])
     cat2, delta = cat.derive(reader.read())
     index = index.apply(cat2, delta)
-    assert index.rank_about("order total") == [] and [m for m, _ in index.rank_about("customers")] == ["tagged"]
+    assert index.rank_about("order total") == [] and [m for m, _ in index.rank_about("customers")] == [
+        "tagged"
+    ]
 
 
 def test_keyword_is_trusted_less_than_an_extracted_token(store):
@@ -380,10 +479,18 @@ def test_named_memory_in_the_question_leads(store):
 
 def _sister_store(store, *, link_from_customer: bool = True):
     """A customer's own memory (close match) and its sister company's (word-for-word), linked."""
-    _write(store, "cust", "Credit approvals for this customer go through their CFO. They pay by card.",
-           entities=["jaffle.customers"] + (["memory:sister"] if link_from_customer else []))
-    _write(store, "sister", "Urgent credit is signed off by the regional manager. Sister company of the customer.",
-           entities=[] if link_from_customer else ["memory:cust"])
+    _write(
+        store,
+        "cust",
+        "Credit approvals for this customer go through their CFO. They pay by card.",
+        entities=["jaffle.customers"] + (["memory:sister"] if link_from_customer else []),
+    )
+    _write(
+        store,
+        "sister",
+        "Urgent credit is signed off by the regional manager. Sister company of the customer.",
+        entities=[] if link_from_customer else ["memory:cust"],
+    )
     _write(store, "far", "The regional manager also runs the warehouse.", entities=["memory:sister"])
     _write(store, "noise", "The parking lot is closed on Sundays.")
 
@@ -408,8 +515,9 @@ def test_named_record_leads_and_linked_memory_follows_marked(store, link_from_cu
 def test_the_lead_stays_with_the_named_record_when_a_linked_memory_matches_better(store):
     _write(store, "cust", "They pay by card.", entities=["jaffle.customers", "memory:sister"], days_ago=900)
     _write(store, "sister", "Urgent credit for ACME-77 is signed off by the regional manager.", days_ago=1)
-    _, _, matches = _ranked(store, question="who signs off urgent credit for ACME-77?",
-                            named=["jaffle.customers"], related=1)
+    _, _, matches = _ranked(
+        store, question="who signs off urgent credit for ACME-77?", named=["jaffle.customers"], related=1
+    )
     assert _ids(matches) == ["cust", "sister"]
     assert matches[0].named and matches[1].via == "memory:cust"
     assert matches[0].score == matches[1].score  # promoted: it carries the top score, order decides
@@ -419,13 +527,15 @@ def test_the_lead_stays_with_the_named_record_when_a_linked_memory_matches_bette
 
 def test_two_hops_and_link_only_memories(store):
     _sister_store(store)
-    _, _, matches = _ranked(store, question="who signs off an urgent credit?", named=["jaffle.customers"],
-                            related=2)
+    _, _, matches = _ranked(
+        store, question="who signs off an urgent credit?", named=["jaffle.customers"], related=2
+    )
     by_id = {m.memory_id: m for m in matches}
     assert by_id["far"].via == "memory:sister"  # reached from the memory that reached it
     _write(store, "linkonly", "Completely unrelated words about lunch.", entities=["memory:cust"])
-    _, _, matches = _ranked(store, question="who signs off an urgent credit?", named=["jaffle.customers"],
-                            related=1)
+    _, _, matches = _ranked(
+        store, question="who signs off an urgent credit?", named=["jaffle.customers"], related=1
+    )
     by_id = {m.memory_id: m for m in matches}
     assert by_id["linkonly"].channels == ("link",) and by_id["linkonly"].via == "memory:cust"
     assert by_id["linkonly"].piece is None and "noise" not in by_id
@@ -434,8 +544,13 @@ def test_two_hops_and_link_only_memories(store):
 def test_hops_never_enter_or_cross_unreachable_memories(store):
     _sister_store(store)
     allowed = {"cust", "far", "noise"}  # "sister" is unreachable: no hop into it, none through it
-    _, _, matches = _ranked(store, question="who signs off an urgent credit?", named=["jaffle.customers"],
-                            related=3, allowed=allowed)
+    _, _, matches = _ranked(
+        store,
+        question="who signs off an urgent credit?",
+        named=["jaffle.customers"],
+        related=3,
+        allowed=allowed,
+    )
     assert set(_ids(matches)) <= allowed and "sister" not in _ids(matches)
     assert all(m.via != "memory:sister" for m in matches)
     assert "far" not in {m.memory_id for m in matches if m.via}
@@ -462,9 +577,13 @@ def test_named_record_leads_even_without_a_question(store):
 def test_dense_pieces_collapse_to_one_best_piece_per_memory(store):
     _write(store, "a", "First sentence here now. Second sentence there then. Third one as well.")
     _write(store, "b", "Only sentence of memory b.")
-    cat, index, matches = _ranked(store, question=None, named=(), dense=[
-        ("a", 0, 0.30), ("a", 2, 0.80), ("b", 0, 0.50), ("zz-unknown", 0, 0.99), ("a", 1, 0.10)],
-        allowed={"a", "b"})
+    cat, index, matches = _ranked(
+        store,
+        question=None,
+        named=(),
+        dense=[("a", 0, 0.30), ("a", 2, 0.80), ("b", 0, 0.50), ("zz-unknown", 0, 0.99), ("a", 1, 0.10)],
+        allowed={"a", "b"},
+    )
     assert _ids(matches) == ["a", "b"]
     assert matches[0].piece == "Third one as well." and matches[0].piece_no == 2
     assert matches[0].channels == ("dense",)
@@ -472,7 +591,9 @@ def test_dense_pieces_collapse_to_one_best_piece_per_memory(store):
 
 
 def test_never_a_fragment_the_match_names_the_whole_memory(store):
-    _write(store, "1", "Refunds are approved by a manager. They take two days.", description="Refund approvals")
+    _write(
+        store, "1", "Refunds are approved by a manager. They take two days.", description="Refund approvals"
+    )
     cat, _, matches = _ranked(store, question="refund approvals take days")
     assert len(matches) == 1
     m = matches[0]

@@ -22,12 +22,24 @@ def _col(name: str, type_: str = "TEXT", pk: bool = False) -> dict:
 
 
 MODELS = {
-    "customers": {"description": "Shop customers", "columns": [_col("id", "INT", True), _col("name"), _col("city")]},
-    "orders": {"description": "Orders placed by customers",
-               "columns": [_col("id", "INT", True), _col("customer_id", "INT"), _col("status"), _col("amount", "REAL")],
-               "joins": [{"target_model": "customers", "join_pairs": [["customer_id", "id"]]}]},
-    "products": {"description": "Products in the catalogue",
-                 "columns": [_col("sku", pk=True), _col("title"), _col("weight", "REAL")]},
+    "customers": {
+        "description": "Shop customers",
+        "columns": [_col("id", "INT", True), _col("name"), _col("city")],
+    },
+    "orders": {
+        "description": "Orders placed by customers",
+        "columns": [
+            _col("id", "INT", True),
+            _col("customer_id", "INT"),
+            _col("status"),
+            _col("amount", "REAL"),
+        ],
+        "joins": [{"target_model": "customers", "join_pairs": [["customer_id", "id"]]}],
+    },
+    "products": {
+        "description": "Products in the catalogue",
+        "columns": [_col("sku", pk=True), _col("title"), _col("weight", "REAL")],
+    },
 }
 
 
@@ -43,8 +55,9 @@ def write_store(root: Path, memories: dict[str, Mem]) -> Path:
     """One datasource ``shop`` with three models, and the given memories (``memories/<id>.md``:
     YAML front matter, then the learning). Ages are relative to today, as the ranking measures them."""
     (root / "datasources").mkdir(parents=True)
-    (root / "datasources" / "shop.yaml").write_text(yaml.safe_dump(
-        {"name": "shop", "type": "sqlite", "connection_string": "sqlite:///shop.db"}))
+    (root / "datasources" / "shop.yaml").write_text(
+        yaml.safe_dump({"name": "shop", "type": "sqlite", "connection_string": "sqlite:///shop.db"})
+    )
     (root / "models" / "shop").mkdir(parents=True)
     for name, spec in MODELS.items():
         doc = {"name": name, "sql_table": name, "data_source": "shop", **spec}
@@ -52,8 +65,11 @@ def write_store(root: Path, memories: dict[str, Mem]) -> Path:
     (root / "memories").mkdir()
     now = datetime.now(UTC)
     for mid, mem in memories.items():
-        front = {"created_at": (now - timedelta(days=mem.days_ago)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                 "entities": list(mem.tags), "version": 4}
+        front = {
+            "created_at": (now - timedelta(days=mem.days_ago)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "entities": list(mem.tags),
+            "version": 4,
+        }
         if mem.description:
             front["description"] = mem.description
         (root / "memories" / f"{mid}.md").write_text(f"---\n{yaml.safe_dump(front)}---\n{mem.learning}")
@@ -83,12 +99,18 @@ def memory_ids(eng: Engine, **params) -> list[str]:  # noqa: ANN003
     return [h.id for h in search(eng, **params) if h.kind == "memory"]
 
 
-FILLER = " ".join(f"The {w} rota is pinned by the kitchen door." for w in
-                  ("weather", "parking", "lunch", "holiday", "printer", "coffee", "desk", "lamp"))
-REFUNDS = ("Refunds under ten pounds are approved by the shift lead. Refunds over ten pounds need the manager. "
-           "Refunds to gift cards are handled by finance.")
-LONG = Mem(f"{FILLER} Packaging supplier: Boxco in Leeds. {REFUNDS} {FILLER}",
-           description="Everything the back office told the new starter")
+FILLER = " ".join(
+    f"The {w} rota is pinned by the kitchen door."
+    for w in ("weather", "parking", "lunch", "holiday", "printer", "coffee", "desk", "lamp")
+)
+REFUNDS = (
+    "Refunds under ten pounds are approved by the shift lead. Refunds over ten pounds need the manager. "
+    "Refunds to gift cards are handled by finance."
+)
+LONG = Mem(
+    f"{FILLER} Packaging supplier: Boxco in Leeds. {REFUNDS} {FILLER}",
+    description="Everything the back office told the new starter",
+)
 
 
 # --------------------------------------------------------------------------- (a) pieces
@@ -168,7 +190,10 @@ def test_keyword_is_trusted_less_than_an_extracted_token(engine_for, asked, keyw
     ranked = search(eng, question=f"cartons split open for {asked}?", keyword=keyword, kinds=["memory"])
     assert [h.id for h in ranked] == [holder[asked], holder[keyword]]
     # the keyword still counts: alone with the words, it decides between two equal memories
-    assert memory_ids(eng, question="cartons split open?", keyword=keyword) == [holder[keyword], holder[asked]]
+    assert memory_ids(eng, question="cartons split open?", keyword=keyword) == [
+        holder[keyword],
+        holder[asked],
+    ]
 
 
 # --------------------------------------------------------------------------- (c) recency
@@ -177,16 +202,23 @@ def test_keyword_is_trusted_less_than_an_extracted_token(engine_for, asked, keyw
 @pytest.mark.parametrize("newer", ["card", "transfer"])
 def test_equally_good_memories_newer_first(engine_for, newer):
     older = "transfer" if newer == "card" else "card"
-    eng = engine_for({"card": Mem("They settle invoices by card.", days_ago=7 if newer == "card" else 365),
-                      "transfer": Mem("They settle invoices by transfer.",
-                                      days_ago=7 if newer == "transfer" else 365)})
+    eng = engine_for(
+        {
+            "card": Mem("They settle invoices by card.", days_ago=7 if newer == "card" else 365),
+            "transfer": Mem("They settle invoices by transfer.", days_ago=7 if newer == "transfer" else 365),
+        }
+    )
     hits = search(eng, question="how do they settle invoices?", kinds=["memory"])
     assert [h.id for h in hits] == [newer, older] and hits[0].score > hits[1].score
 
 
 def test_a_much_better_old_match_beats_a_barely_relevant_new_one(engine_for):
-    eng = engine_for({"old": Mem("Urgent credit notes are signed off by the finance director.", days_ago=3650),
-                      "new": Mem("The office keeps a credit card for stationery.", days_ago=1)})
+    eng = engine_for(
+        {
+            "old": Mem("Urgent credit notes are signed off by the finance director.", days_ago=3650),
+            "new": Mem("The office keeps a credit card for stationery.", days_ago=1),
+        }
+    )
     assert memory_ids(eng, question="who signs off an urgent credit note?") == ["old", "new"]
 
 
@@ -197,8 +229,11 @@ SISTER = {
     # the customer's own memory matches only loosely; the sister company's is word for word (and its
     # code is an exact token), three sentences of it
     "cust": Mem("They pay by card.", tags=("shop.customers", "memory:sister"), days_ago=900),
-    "sister": Mem("Urgent credit for ACME-77 is signed off by the regional manager. Urgent credit needs a "
-                  "signature. Urgent credit sign off happens daily.", days_ago=1),
+    "sister": Mem(
+        "Urgent credit for ACME-77 is signed off by the regional manager. Urgent credit needs a "
+        "signature. Urgent credit sign off happens daily.",
+        days_ago=1,
+    ),
     "hop2": Mem("Lunch menu notes.", tags=("memory:sister",)),  # links point either way
     "hop3": Mem("Printer toner notes.", tags=("memory:hop2",)),
     "hop4": Mem("Desk lamp notes.", tags=("memory:hop3",)),
@@ -210,8 +245,11 @@ URGENT = "who signs off urgent credit for ACME-77?"
 def test_the_named_records_memory_leads_and_the_linked_one_follows_marked(engine_for):
     eng = engine_for(SISTER)
     hits = search(eng, question=URGENT, entities=["shop.customers"], related=1)
-    assert [(h.kind, h.id) for h in hits[:3]] == [("model", "shop.customers"), ("memory", "cust"),
-                                                  ("memory", "sister")]
+    assert [(h.kind, h.id) for h in hits[:3]] == [
+        ("model", "shop.customers"),
+        ("memory", "cust"),
+        ("memory", "sister"),
+    ]
     cust, sister = hits[1], hits[2]
     assert sister.via == "memory:cust" and "via" not in _wire(cust)
     assert [h.id for h in hits].count("sister") == 1  # three matching sentences, one hit
@@ -229,17 +267,25 @@ def _wire(hit: SearchHit) -> dict:
     return msgspec.to_builtins(hit)
 
 
-@pytest.mark.parametrize("related, reached", [
-    (1, ["sister"]), (2, ["sister", "hop2"]), (3, ["sister", "hop2", "hop3"]),
-    (MAX_RELATED_HOPS + 5, ["sister", "hop2", "hop3"]),  # above the cap: bounded, not refused
-])
+@pytest.mark.parametrize(
+    "related, reached",
+    [
+        (1, ["sister"]),
+        (2, ["sister", "hop2"]),
+        (3, ["sister", "hop2", "hop3"]),
+        (MAX_RELATED_HOPS + 5, ["sister", "hop2", "hop3"]),  # above the cap: bounded, not refused
+    ],
+)
 def test_hops_are_bounded(engine_for, related, reached):
     eng = engine_for(SISTER)
     hits = search(eng, entities=["shop.customers"], related=related, kinds=["memory"])
     assert [h.id for h in hits] == ["cust", *reached]
     vias = {h.id: h.via for h in hits[1:]}
-    assert vias == {k: v for k, v in {"sister": "memory:cust", "hop2": "memory:sister",
-                                      "hop3": "memory:hop2"}.items() if k in reached}
+    assert vias == {
+        k: v
+        for k, v in {"sister": "memory:cust", "hop2": "memory:sister", "hop3": "memory:hop2"}.items()
+        if k in reached
+    }
 
 
 # --------------------------------------------------------------------------- (e) narrowing
@@ -270,18 +316,28 @@ def test_kinds_min_score_and_limit(engine_for):
 # --------------------------------------------------------------------------- (f) SLayer's surface
 
 
-@pytest.mark.parametrize("extra, named", [
-    ({"related": 1}, "related"), ({"keyword": "PROD-4471"}, "keyword"),
-    ({"keyword": "PROD-4471", "related": 2}, "keyword, related"),
-])
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        ({"related": 1}, "related"),
+        ({"keyword": "PROD-4471"}, "keyword"),
+        ({"keyword": "PROD-4471", "related": 2}, "keyword, related"),
+    ],
+)
 def test_slayer_ranking_refuses_what_it_does_not_know(engine_for, extra, named):
     eng = engine_for(PACKAGING)
-    with pytest.raises(SearchError, match=f"^{named} need ranking 'hybrid'; ranking 'slayer' is SLayer's surface"):
+    with pytest.raises(
+        SearchError, match=f"^{named} need ranking 'hybrid'; ranking 'slayer' is SLayer's surface"
+    ):
         eng.search({"question": "packaging fault", "ranking": "slayer", **extra})
     assert eng.search({"question": "packaging fault", "ranking": "slayer", "related": 0}).results
 
 
 def test_a_keyword_alone_ranks_by_the_keyword(engine_for):
-    eng = engine_for({"a": Mem("Cartons split open: SKU-9911.", days_ago=300),
-                      "b": Mem("Cartons split open: SKU-5522.", days_ago=1)})
+    eng = engine_for(
+        {
+            "a": Mem("Cartons split open: SKU-9911.", days_ago=300),
+            "b": Mem("Cartons split open: SKU-5522.", days_ago=1),
+        }
+    )
     assert memory_ids(eng, keyword="SKU-9911")[0] == "a"

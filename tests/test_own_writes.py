@@ -41,16 +41,22 @@ def _foreign_model_edit(db: Path, description: str) -> None:
     conn = sqlite3.connect(db)
     try:
         with conn:
-            ds, name, data = conn.execute("SELECT data_source, name, data FROM models ORDER BY name").fetchone()
+            ds, name, data = conn.execute(
+                "SELECT data_source, name, data FROM models ORDER BY name"
+            ).fetchone()
             doc = json.loads(data)
             doc["description"] = description
-            conn.execute("UPDATE models SET data = ? WHERE data_source = ? AND name = ?", (json.dumps(doc), ds, name))
+            conn.execute(
+                "UPDATE models SET data = ? WHERE data_source = ? AND name = ?", (json.dumps(doc), ds, name)
+            )
     finally:
         conn.close()
 
 
 def _descriptions(read) -> dict[str, str | None]:  # noqa: ANN001
-    return {k.name: getattr(doc.value, "description", None) for k, doc in read.docs.items() if k.kind == "model"}
+    return {
+        k.name: getattr(doc.value, "description", None) for k, doc in read.docs.items() if k.kind == "model"
+    }
 
 
 def test_only_our_commits_is_no_read(store: Path) -> None:
@@ -117,11 +123,22 @@ def test_reading_the_counter_never_drops_sqlites_locks(store: Path) -> None:
         conn.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('slayer_lsp_probe', '2')")
         for _ in range(3):
             assert own_writes.change_counter(store) is not None
-        other = subprocess.run([sys.executable, "-c", (
-            "import sqlite3, sys\n"
-            "c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)\n"
-            "try:\n    c.execute('BEGIN IMMEDIATE')\nexcept sqlite3.OperationalError as e:\n    print(e)\n"
-            "else:\n    print('got the write lock')\n"), str(store)], capture_output=True, text=True, timeout=60)
+        other = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                (
+                    "import sqlite3, sys\n"
+                    "c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)\n"
+                    "try:\n    c.execute('BEGIN IMMEDIATE')\nexcept sqlite3.OperationalError as e:\n    print(e)\n"
+                    "else:\n    print('got the write lock')\n"
+                ),
+                str(store),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert other.stdout.strip() == "database is locked"
         conn.execute("COMMIT")
     finally:

@@ -20,7 +20,9 @@ def _read(store: Path, parallel: bool, monkeypatch: pytest.MonkeyPatch) -> store
 
 
 def _as_data(read: store_reader.StoreRead) -> list[tuple[object, ...]]:
-    return [(k, doc.digest, doc.value, doc.issues) for k, doc in read.docs.items()] + [("issues", read.issues)]
+    return [(k, doc.digest, doc.value, doc.issues) for k, doc in read.docs.items()] + [
+        ("issues", read.issues)
+    ]
 
 
 @pytest.fixture
@@ -35,8 +37,11 @@ def test_the_parallel_cold_read_is_the_serial_one(store: Path, monkeypatch: pyte
     serial = _read(store, False, monkeypatch)
     imported: list[int] = []
     real = store_reader.YamlReader.import_parsed
-    monkeypatch.setattr(store_reader.YamlReader, "import_parsed",
-                        lambda self, entries: (imported.append(len(entries)), real(self, entries))[1])
+    monkeypatch.setattr(
+        store_reader.YamlReader,
+        "import_parsed",
+        lambda self, entries: (imported.append(len(entries)), real(self, entries))[1],
+    )
     parallel = _read(store, True, monkeypatch)
     assert len(imported) == 2 and sum(imported) == len(serial.docs)  # two workers parsed every document
     assert _as_data(parallel) == _as_data(serial)

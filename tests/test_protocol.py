@@ -83,7 +83,9 @@ def test_schemas_are_up_to_date():
     assert set(present) == set(wanted), "schema files that generate.py does not make"
     for text in wanted.values():
         schema = json.loads(text)
-        assert schema["$schema"].startswith("https://json-schema.org/") and schema["$ref"].startswith("#/$defs/")
+        assert schema["$schema"].startswith("https://json-schema.org/") and schema["$ref"].startswith(
+            "#/$defs/"
+        )
 
 
 def test_every_custom_method_is_specified():
@@ -127,10 +129,19 @@ def server(tmp_path_factory):
     shutil.copytree(YAML_STORE, store, copy_function=shutil.copyfile)
     for path in [store, *store.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    conn = client_mod.Connection([sys.executable, "-m", "slayer_lsp", "serve", "--storage", str(store)],
-                                 stderr=(root / "server.log").open("w"))
-    init = conn.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                       "initializationOptions": {"embedding": {"enable": False}}})
+    conn = client_mod.Connection(
+        [sys.executable, "-m", "slayer_lsp", "serve", "--storage", str(store)],
+        stderr=(root / "server.log").open("w"),
+    )
+    init = conn.request(
+        "initialize",
+        {
+            "processId": None,
+            "rootUri": None,
+            "capabilities": {},
+            "initializationOptions": {"embedding": {"enable": False}},
+        },
+    )
     conn.notify("initialized", {})
     conn.store, conn.init = store, init  # type: ignore[attr-defined]
     yield conn
@@ -144,8 +155,14 @@ def normalised(value: Any, store: Path) -> Any:
 
 
 # search waits for the first index; status answers at once, so it comes after
-ORDER = ["slayer/search", "slayer/inspect", "slayer/impact", "slayer/status", "slayer/saveMemory",
-         "slayer/forgetMemory"]
+ORDER = [
+    "slayer/search",
+    "slayer/inspect",
+    "slayer/impact",
+    "slayer/status",
+    "slayer/saveMemory",
+    "slayer/forgetMemory",
+]
 
 
 def test_commands_are_advertised(server):
@@ -179,10 +196,16 @@ def test_spec_error_examples(server):
 
 def test_command_twins(server):
     direct = server.request("slayer/inspect", {"refs": ["memory:5"]})
-    assert server.request("workspace/executeCommand", {"command": "slayer.inspect", "arguments": ["memory:5"]}) \
+    assert (
+        server.request("workspace/executeCommand", {"command": "slayer.inspect", "arguments": ["memory:5"]})
         == direct
-    assert server.request("workspace/executeCommand", {"command": "slayer.inspect",
-                                                      "arguments": [{"refs": ["memory:5"]}]}) == direct
+    )
+    assert (
+        server.request(
+            "workspace/executeCommand", {"command": "slayer.inspect", "arguments": [{"refs": ["memory:5"]}]}
+        )
+        == direct
+    )
     status = server.request("workspace/executeCommand", {"command": "slayer.status", "arguments": [{}]})
     conforms(status, TYPES["slayer/status result"])
     with pytest.raises(client_mod.RpcError) as err:

@@ -32,49 +32,77 @@ REPO = Path(__file__).resolve().parents[1]
 _MODELS = {
     ("shop", "orders"): {
         "description": "One row per order",
-        "columns": [{"name": "order_id", "type": "INT", "primary_key": True},
-                    {"name": "customer_id", "type": "INT"},
-                    {"name": "amount", "type": "DOUBLE", "description": "Order amount"},
-                    {"name": "status", "type": "TEXT"},
-                    {"name": "internal_note", "type": "TEXT", "hidden": True,
-                     "description": "Clandestine remark for the back office"}],
+        "columns": [
+            {"name": "order_id", "type": "INT", "primary_key": True},
+            {"name": "customer_id", "type": "INT"},
+            {"name": "amount", "type": "DOUBLE", "description": "Order amount"},
+            {"name": "status", "type": "TEXT"},
+            {
+                "name": "internal_note",
+                "type": "TEXT",
+                "hidden": True,
+                "description": "Clandestine remark for the back office",
+            },
+        ],
         "measures": [{"name": "revenue", "formula": "amount:sum"}],
-        "joins": [{"target_model": "customers", "join_pairs": [["customer_id", "customer_id"]],
-                   "cardinality": "many_to_one"},
-                  {"target_model": "payroll", "join_pairs": [["customer_id", "employee_id"]],
-                   "cardinality": "many_to_one"}],
+        "joins": [
+            {
+                "target_model": "customers",
+                "join_pairs": [["customer_id", "customer_id"]],
+                "cardinality": "many_to_one",
+            },
+            {
+                "target_model": "payroll",
+                "join_pairs": [["customer_id", "employee_id"]],
+                "cardinality": "many_to_one",
+            },
+        ],
     },
     ("shop", "customers"): {
         "description": "Customers of the shop",
-        "columns": [{"name": "customer_id", "type": "INT", "primary_key": True},
-                    {"name": "name", "type": "TEXT"}, {"name": "region", "type": "TEXT"}],
+        "columns": [
+            {"name": "customer_id", "type": "INT", "primary_key": True},
+            {"name": "name", "type": "TEXT"},
+            {"name": "region", "type": "TEXT"},
+        ],
     },
     ("shop", "payroll"): {
-        "description": "Zanzibar compensation register", "access_tags": ["hr"],
-        "columns": [{"name": "employee_id", "type": "INT", "primary_key": True},
-                    {"name": "salary_band", "type": "TEXT", "description": "Quetzal salary grade"},
-                    {"name": "bonus", "type": "DOUBLE"}],
+        "description": "Zanzibar compensation register",
+        "access_tags": ["hr"],
+        "columns": [
+            {"name": "employee_id", "type": "INT", "primary_key": True},
+            {"name": "salary_band", "type": "TEXT", "description": "Quetzal salary grade"},
+            {"name": "bonus", "type": "DOUBLE"},
+        ],
     },
     ("shop", "staff"): {
-        "description": "Tangerine staff rota", "access_tags": ["hr", "ops"],
-        "columns": [{"name": "staff_id", "type": "INT", "primary_key": True},
-                    {"name": "shift", "type": "TEXT"}],
+        "description": "Tangerine staff rota",
+        "access_tags": ["hr", "ops"],
+        "columns": [
+            {"name": "staff_id", "type": "INT", "primary_key": True},
+            {"name": "shift", "type": "TEXT"},
+        ],
     },
     ("shop", "audit"): {  # untagged, but its measure reads payroll through a join
         "description": "Quixotic audit trail",
-        "columns": [{"name": "audit_id", "type": "INT", "primary_key": True},
-                    {"name": "customer_id", "type": "INT"}],
+        "columns": [
+            {"name": "audit_id", "type": "INT", "primary_key": True},
+            {"name": "customer_id", "type": "INT"},
+        ],
         "measures": [{"name": "graded", "formula": "payroll.salary_band:count"}],
         "joins": [{"target_model": "payroll", "join_pairs": [["customer_id", "employee_id"]]}],
     },
     ("shop", "ghost"): {
-        "description": "Phantasmagoria hidden model", "hidden": True,
+        "description": "Phantasmagoria hidden model",
+        "hidden": True,
         "columns": [{"name": "ghost_id", "type": "INT", "primary_key": True}],
     },
     ("vault", "ledger"): {
         "description": "Obsidian vault ledger",
-        "columns": [{"name": "entry_id", "type": "INT", "primary_key": True},
-                    {"name": "vault_amount", "type": "DOUBLE", "description": "Xylophone sum"}],
+        "columns": [
+            {"name": "entry_id", "type": "INT", "primary_key": True},
+            {"name": "vault_amount", "type": "DOUBLE", "description": "Xylophone sum"},
+        ],
     },
 }
 
@@ -87,8 +115,11 @@ _MEMORIES = {
     "6": ([], "Untethered musing about penguins.", None),
     "7": (["memory:2"], "Follow-up to the Zanzibar note: Marzipan.", None),
     "8": (["shop.customers", "memory:2"], "Customers by region; see the linked note.", None),
-    "9": (["shop.orders"], "Nectarine grade breakdown.",
-          {"source_model": "orders", "dimensions": [{"name": "salary_band", "model": "payroll"}]}),
+    "9": (
+        ["shop.orders"],
+        "Nectarine grade breakdown.",
+        {"source_model": "orders", "dimensions": [{"name": "salary_band", "model": "payroll"}]},
+    ),
     "10": (["shop.staff"], "Shifts rotate weekly.", None),
 }
 
@@ -100,18 +131,47 @@ NO_TAGS = Scope(access_tags=())
 # What each scope reaches (models and memories), and words of what it does not, which must never
 # come back in any answer.
 EXPECTED = {
-    TAGS: ({"shop.orders", "shop.customers", "shop.staff", "shop.ghost", "vault.ledger"}, {"1", "3", "4", "8", "10"}),
-    DS: ({"shop.orders", "shop.customers", "shop.payroll", "shop.staff", "shop.audit", "shop.ghost"},
-         {"1", "2", "5", "7", "8", "9", "10"}),
+    TAGS: (
+        {"shop.orders", "shop.customers", "shop.staff", "shop.ghost", "vault.ledger"},
+        {"1", "3", "4", "8", "10"},
+    ),
+    DS: (
+        {"shop.orders", "shop.customers", "shop.payroll", "shop.staff", "shop.audit", "shop.ghost"},
+        {"1", "2", "5", "7", "8", "9", "10"},
+    ),
     BOTH: ({"shop.orders", "shop.customers", "shop.staff", "shop.ghost"}, {"1", "8", "10"}),
     NO_TAGS: ({"shop.orders", "shop.customers", "shop.ghost", "vault.ledger"}, {"1", "3", "4", "8"}),
 }
 SECRETS = {
-    TAGS: ["payroll", "salary_band", "Zanzibar", "Quetzal", "employee_id", "bonus", "audit", "Quixotic",
-           "penguins", "Marzipan", "Nectarine"],
+    TAGS: [
+        "payroll",
+        "salary_band",
+        "Zanzibar",
+        "Quetzal",
+        "employee_id",
+        "bonus",
+        "audit",
+        "Quixotic",
+        "penguins",
+        "Marzipan",
+        "Nectarine",
+    ],
     DS: ["vault", "ledger", "Obsidian", "Xylophone", "entry_id", "penguins"],
-    BOTH: ["payroll", "salary_band", "Zanzibar", "Quetzal", "audit", "Quixotic", "vault", "ledger", "Obsidian",
-           "Xylophone", "penguins", "Marzipan", "Nectarine"],
+    BOTH: [
+        "payroll",
+        "salary_band",
+        "Zanzibar",
+        "Quetzal",
+        "audit",
+        "Quixotic",
+        "vault",
+        "ledger",
+        "Obsidian",
+        "Xylophone",
+        "penguins",
+        "Marzipan",
+        "Nectarine",
+    ],
     NO_TAGS: ["payroll", "Zanzibar", "staff", "Tangerine", "shift", "audit", "penguins"],
 }
 
@@ -121,12 +181,22 @@ def write_store(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "datasources").mkdir()
     for ds, desc in (("shop", "The shop's sales database"), ("vault", "Obsidian vault of records")):
-        (root / "datasources" / f"{ds}.yaml").write_text(yaml.safe_dump(
-            {"version": 2, "name": ds, "type": "sqlite", "description": desc}))
+        (root / "datasources" / f"{ds}.yaml").write_text(
+            yaml.safe_dump({"version": 2, "name": ds, "type": "sqlite", "description": desc})
+        )
     (root / "priority.yaml").write_text(yaml.safe_dump({"priority": ["shop", "vault"]}))
     for (ds, name), spec in _MODELS.items():
-        doc = {"version": 15, "name": name, "sql_table": name, "data_source": ds, "hidden": False,
-               "access_tags": [], "measures": [], "joins": [], **spec}
+        doc = {
+            "version": 15,
+            "name": name,
+            "sql_table": name,
+            "data_source": ds,
+            "hidden": False,
+            "access_tags": [],
+            "measures": [],
+            "joins": [],
+            **spec,
+        }
         (root / "models" / ds).mkdir(parents=True, exist_ok=True)
         (root / "models" / ds / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     (root / "memories").mkdir()
@@ -165,7 +235,9 @@ def test_scope_values():
     with pytest.raises(ValueError):
         Scope(datasources=("",))
     assert Scope(access_tags=("hr",)).admits_tags([]) and Scope(access_tags=()).admits_tags([])
-    assert not Scope(access_tags=()).admits_tags(["hr"]) and Scope(access_tags=("hr", "x")).admits_tags(["hr"])
+    assert not Scope(access_tags=()).admits_tags(["hr"]) and Scope(access_tags=("hr", "x")).admits_tags(
+        ["hr"]
+    )
 
 
 def test_unrestricted_is_the_catalog_itself(full):
@@ -225,12 +297,15 @@ def test_load_issues_follow_the_scope(store):
     assert restrict(full, TAGS).load_issues == ()  # a document that did not load shows no tags
 
 
-@pytest.mark.parametrize("marked", [
-    "source_model: customers\ndimensions: [em§ail]\n",  # a hidden column
-    "dimensions: [jaffle.customers.em§ail]\n",
-    "source_model: supp§lies\n",  # a hidden model (jaffle comes first in the priority)
-    "---\nentities:\n- jaffle.customers.em§ail\n---\nx\n",  # a memory's tag
-])
+@pytest.mark.parametrize(
+    "marked",
+    [
+        "source_model: customers\ndimensions: [em§ail]\n",  # a hidden column
+        "dimensions: [jaffle.customers.em§ail]\n",
+        "source_model: supp§lies\n",  # a hidden model (jaffle comes first in the priority)
+        "---\nentities:\n- jaffle.customers.em§ail\n---\nx\n",  # a memory's tag
+    ],
+)
 def test_hidden_names_get_no_hover_definition_or_completion(marked):
     from slayer_lsp.analysis import completion, hover, navigation
     from slayer_lsp.analysis import parsed_file as dm
@@ -239,7 +314,9 @@ def test_hidden_names_get_no_hover_definition_or_completion(marked):
     kind = "memory" if marked.startswith("---") else "query"
     before = marked[: marked.index("§")]
     line, col = before.count("\n"), len(before.split("\n")[-1])
-    doc = dm.parse_document(marked.replace("§", ""), kind, "/w/memories/x.md" if kind == "memory" else "q.query.yaml")
+    doc = dm.parse_document(
+        marked.replace("§", ""), kind, "/w/memories/x.md" if kind == "memory" else "q.query.yaml"
+    )
     assert navigation.target_at(doc, line, col, cat) is not None  # it resolves: it exists, hidden
     assert hover.hover(doc, line, col, cat) is None
     assert navigation.definition(doc, line, col, cat) == []
@@ -270,7 +347,9 @@ def _edit(full: Catalog, read, rng: random.Random, original: dict):
     docs = dict(read.docs)
     models = [k for k in docs if k.kind == "model"]
     memories = [k for k in docs if k.kind == "memory"]
-    ids = sorted(c for c in full.entities if not c.startswith("memory:")) + [f"memory:{m}" for m in full.memory_order]
+    ids = sorted(c for c in full.entities if not c.startswith("memory:")) + [
+        f"memory:{m}" for m in full.memory_order
+    ]
     choice = rng.randrange(9)
     if choice == 7:
         gone = [k for k in original if k not in docs]
@@ -294,17 +373,26 @@ def _edit(full: Catalog, read, rng: random.Random, original: dict):
     elif choice == 1 and models:
         k = rng.choice(models)
         m = docs[k].value
-        peers = [o.value.name for o in docs.values() if o.key.kind == "model" and o.value.data_source == m.data_source]
+        peers = [
+            o.value.name
+            for o in docs.values()
+            if o.key.kind == "model" and o.value.data_source == m.data_source
+        ]
         if m.joins and rng.random() < 0.5:
             joins = m.joins[:-1]
         else:
-            joins = [*m.joins, d.Join(target_model=rng.choice(peers + ["nowhere"]), name=rng.choice([None, "via"]))]
+            joins = [
+                *m.joins,
+                d.Join(target_model=rng.choice(peers + ["nowhere"]), name=rng.choice([None, "via"])),
+            ]
         value = msgspec.structs.replace(m, joins=joins)
     elif choice == 2 and models:
         k = rng.choice(models)
         m = docs[k].value
         hop = (rng.choice(m.joins).name or rng.choice(m.joins).target_model) if m.joins else "nowhere"
-        value = msgspec.structs.replace(m, measures=[*m.measures[:1], d.Measure(name="m", formula=f"{hop}.x:sum")])
+        value = msgspec.structs.replace(
+            m, measures=[*m.measures[:1], d.Measure(name="m", formula=f"{hop}.x:sum")]
+        )
     elif choice == 3 and memories:
         k = rng.choice(memories)
         value = msgspec.structs.replace(docs[k].value, entities=rng.sample(ids, rng.randrange(0, 3)))
@@ -399,6 +487,7 @@ def _engine(store, scope, **kw):
 def _missing_like(engine, params: dict, *swaps: tuple[str, str]) -> None:
     """A search naming something out of scope answers exactly as one naming something that does
     not exist, once the names are swapped (``swaps``: (out of scope, missing) spellings)."""
+
     def swapped(text: str) -> str:
         for secret, missing in swaps:
             text = text.replace(secret, missing)
@@ -414,12 +503,22 @@ def _missing_like(engine, params: dict, *swaps: tuple[str, str]) -> None:
 def test_search_text_naming_what_is_out_of_scope(store, scope, ranking):
     engine = _engine(store, scope)
     for word in SECRETS[scope]:
-        for question in (word, f"{word} note ledger grade", "shop.payroll.salary_band vault.ledger.vault_amount"):
+        for question in (
+            word,
+            f"{word} note ledger grade",
+            "shop.payroll.salary_band vault.ledger.vault_amount",
+        ):
             resp = engine.search({"question": question, "max_results": 50, "ranking": ranking})
             hits = [h.id for h in resp.results]
             assert not leaks([h for h in msgspec.to_builtins(resp.results)], scope), (question, hits)
-    everything = engine.search({"question": "order customers shop note grade", "max_results": 200,
-                                "ranking": ranking, "compact": False})
+    everything = engine.search(
+        {
+            "question": "order customers shop note grade",
+            "max_results": 200,
+            "ranking": ranking,
+            "compact": False,
+        }
+    )
     models, memories = EXPECTED[scope]
     for hit in everything.results:
         if hit.kind == "memory":
@@ -433,13 +532,25 @@ def test_search_text_naming_what_is_out_of_scope(store, scope, ranking):
 @pytest.mark.parametrize("ranking", ["hybrid", "slayer"])
 def test_naming_out_of_scope_entities_is_like_naming_missing_ones(store, ranking):
     engine = _engine(store, TAGS)
-    for secret, missing in (("shop.payroll.salary_band", "shop.nosuch.salary_band"), ("payroll", "nosuch"),
-                            ("memory:2", "memory:999"), ("memory:7", "memory:998"), ("shop.audit", "shop.nosuch")):
-        words = (secret.split(".")[1], missing.split(".")[1]) if "." in secret else (
-            f"'{secret.split(':')[-1]}'", f"'{missing.split(':')[-1]}'")
+    for secret, missing in (
+        ("shop.payroll.salary_band", "shop.nosuch.salary_band"),
+        ("payroll", "nosuch"),
+        ("memory:2", "memory:999"),
+        ("memory:7", "memory:998"),
+        ("shop.audit", "shop.nosuch"),
+    ):
+        words = (
+            (secret.split(".")[1], missing.split(".")[1])
+            if "." in secret
+            else (f"'{secret.split(':')[-1]}'", f"'{missing.split(':')[-1]}'")
+        )
         _missing_like(engine, {"entities": [secret], "ranking": ranking}, (secret, missing), words)
-        _missing_like(engine, {"entities": [secret, "shop.orders"], "question": "amount", "ranking": ranking},
-                      (secret, missing), words)
+        _missing_like(
+            engine,
+            {"entities": [secret, "shop.orders"], "question": "amount", "ranking": ranking},
+            (secret, missing),
+            words,
+        )
     resp = engine.search({"entities": ["memory:2"], "ranking": ranking})
     assert not resp.results and not leaks(resp, TAGS)
     q = {"source_model": "orders", "dimensions": ["payroll.salary_band"]}
@@ -450,15 +561,24 @@ def test_naming_out_of_scope_entities_is_like_naming_missing_ones(store, ranking
 
 def test_cypher_filter_cannot_reach_out_of_scope(store):
     engine = _engine(store, TAGS)
-    everything = engine.search({"question": "amount grade ledger", "max_results": 200,
-                                "cypher_filter": "MATCH (n) RETURN n.id AS id"})
+    everything = engine.search(
+        {
+            "question": "amount grade ledger",
+            "max_results": 200,
+            "cypher_filter": "MATCH (n) RETURN n.id AS id",
+        }
+    )
     assert not leaks(everything, TAGS)
-    for cypher in ("MATCH (m:Model) WHERE m.id = 'shop.payroll' RETURN m.id AS id",
-                   "MATCH (m:Memory) RETURN m.id AS id",
-                   "MATCH (c:Column) RETURN 'shop.payroll.salary_band' AS id",
-                   "MATCH (c:Column) RETURN 'memory:2' AS id"):
+    for cypher in (
+        "MATCH (m:Model) WHERE m.id = 'shop.payroll' RETURN m.id AS id",
+        "MATCH (m:Memory) RETURN m.id AS id",
+        "MATCH (c:Column) RETURN 'shop.payroll.salary_band' AS id",
+        "MATCH (c:Column) RETURN 'memory:2' AS id",
+    ):
         try:
-            resp = engine.search({"question": "Zanzibar salary grade", "max_results": 50, "cypher_filter": cypher})
+            resp = engine.search(
+                {"question": "Zanzibar salary grade", "max_results": 50, "cypher_filter": cypher}
+            )
         except Exception as exc:  # noqa: BLE001 - a refused filter is fine; its message must not leak either
             assert not leaks(str(exc), TAGS)
             continue
@@ -495,8 +615,9 @@ def test_a_sqlite_store_reaches_what_its_yaml_twin_reaches(tmp_path):
     assert set(yaml_cat.entities) == set(sqlite_cat.entities) and sqlite_cat.memory_order == ("10",)
     engine = _engine(db, scope)
     resp = engine.search({"question": "orders customers revenue supplies cost", "max_results": 100})
-    assert resp.results and all(h.id == "10" if h.kind == "memory" else h.id.startswith("supplies")
-                                for h in resp.results)
+    assert resp.results and all(
+        h.id == "10" if h.kind == "memory" else h.id.startswith("supplies") for h in resp.results
+    )
     engine.close()
 
 
@@ -510,8 +631,11 @@ def test_a_scope_keeps_its_own_index_cache(store):
     def ranked(scope, **kw):
         engine = Engine(store, scope=scope, **kw)
         engine.refresh()
-        out = [(h.id, round(h.score, 6)) for q in ("Zanzibar", "order amount note", "customers region")
-               for h in engine.search({"question": q, "max_results": 50, "ranking": "slayer"}).results]
+        out = [
+            (h.id, round(h.score, 6))
+            for q in ("Zanzibar", "order amount note", "customers region")
+            for h in engine.search({"question": q, "max_results": 50, "ranking": "slayer"}).results
+        ]
         engine.close()
         return out, engine.location
 
@@ -535,11 +659,16 @@ def test_facets_and_kinds_reach_nothing_out_of_scope(store, scope):
     answers = []
     for word in SECRETS[scope]:
         for kind in ("column", "model", "memory"):
-            answers.append(engine.search({"question": word, "kinds": [kind], "max_results": 50, "compact": False}))
+            answers.append(
+                engine.search({"question": word, "kinds": [kind], "max_results": 50, "compact": False})
+            )
             answers.append(engine.search({"question": word, "facet": "meaning", "max_results": 50}))
             for facet in FACETS.get(kind, ()):
-                answers.append(engine.search_facets({"facets": {facet: word}, "kind": kind, "limit": 50,
-                                                     "compact": False}))
+                answers.append(
+                    engine.search_facets(
+                        {"facets": {facet: word}, "kind": kind, "limit": 50, "compact": False}
+                    )
+                )
     assert not leaks(answers, scope)
     engine.close()
 
@@ -553,10 +682,13 @@ def test_status_inspect_and_refresh(store):
     cat = engine.catalog
     assert counts == {k: sum(1 for e in cat.entities.values() if e.kind == k) for k in counts}
     assert counts["memory"] == 5 and counts["model"] == 5
-    pairs = [("shop.payroll.salary_band", "shop.nosuch.salary_band", "payroll", "nosuch"),
-             ("payroll", "nosuch", "payroll", "nosuch"), ("memory:2", "memory:999", "2", "999"),
-             ("shop.audit", "shop.nosuch", "audit", "nosuch"), ("sum(shop.payroll.bonus)", "sum(shop.nosuch.bonus)",
-                                                                 "payroll", "nosuch")]
+    pairs = [
+        ("shop.payroll.salary_band", "shop.nosuch.salary_band", "payroll", "nosuch"),
+        ("payroll", "nosuch", "payroll", "nosuch"),
+        ("memory:2", "memory:999", "2", "999"),
+        ("shop.audit", "shop.nosuch", "audit", "nosuch"),
+        ("sum(shop.payroll.bonus)", "sum(shop.nosuch.bonus)", "payroll", "nosuch"),
+    ]
     for secret, missing, word, other in pairs:
         (a,), (b,) = inspect_refs(cat, [secret]), inspect_refs(cat, [missing])
         assert a.error and a.canonical is None and a.error.replace(word, other) == b.error, (a, b)
@@ -594,7 +726,9 @@ def test_dense_vectors_of_unreachable_entities_are_never_ranked(store):
     assert rows == len(writer.catalog.searchable_ids())
 
     for mode in ("stored", "live"):
-        engine = Engine(store, dense=mode, embedding_provider=provider, use_cache=False, parts=False, scope=TAGS)
+        engine = Engine(
+            store, dense=mode, embedding_provider=provider, use_cache=False, parts=False, scope=TAGS
+        )
         engine.refresh()
         assert engine.dense.wait_idle(timeout=60)
         index = engine.dense.index
@@ -607,7 +741,9 @@ def test_dense_vectors_of_unreachable_entities_are_never_ranked(store):
     assert VectorStore.for_store(writer.location).count(provider.name) == rows
 
     # a live scoped session that sees an entity leave its scope keeps the entity's stored vectors
-    engine = Engine(store, dense="live", embedding_provider=provider, use_cache=False, parts=False, scope=TAGS)
+    engine = Engine(
+        store, dense="live", embedding_provider=provider, use_cache=False, parts=False, scope=TAGS
+    )
     engine.refresh()
     assert engine.dense.wait_idle(timeout=60)
     path = store / "models" / "shop" / "customers.yaml"
@@ -624,8 +760,14 @@ def test_dense_vectors_of_unreachable_entities_are_never_ranked(store):
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "slayer_lsp", *args], capture_output=True, text=True,
-                          cwd=cwd or REPO, timeout=120, env={**__import__("os").environ, "SLAYER_LSP_CACHE": "off"})
+    return subprocess.run(
+        [sys.executable, "-m", "slayer_lsp", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        timeout=120,
+        env={**__import__("os").environ, "SLAYER_LSP_CACHE": "off"},
+    )
 
 
 def _scope_args(scope: Scope) -> list[str]:
@@ -641,8 +783,20 @@ def _scope_args(scope: Scope) -> list[str]:
 def test_cli_search_inspect_status(store, scope):
     flags = _scope_args(scope)
     for word in SECRETS[scope][:4]:
-        out = run("search", "--storage", str(store), "--no-dense", "--format", "json", "--verbose",
-                  "--question", word, "--max-results", "50", *flags)
+        out = run(
+            "search",
+            "--storage",
+            str(store),
+            "--no-dense",
+            "--format",
+            "json",
+            "--verbose",
+            "--question",
+            word,
+            "--max-results",
+            "50",
+            *flags,
+        )
         assert out.returncode == 0, out.stderr
         assert not leaks(json.loads(out.stdout)["results"], scope)
     secret_ref = "vault.ledger" if scope is DS else "shop.payroll"
@@ -667,8 +821,9 @@ def test_cli_check_reports_out_of_scope_names_as_unknown(store, tmp_path):
     q2.write_text("source_model: payroll\ndimensions: [salary_band]\n")
     q3 = tmp_path / "m.query.yaml"
     q3.write_text("source_model: nosuchmodel\ndimensions: [salary_band]\n")
-    out = run("--check", str(q), str(q2), str(q3), "--storage", str(store), "--format", "json",
-              *_scope_args(TAGS))
+    out = run(
+        "--check", str(q), str(q2), str(q3), "--storage", str(store), "--format", "json", *_scope_args(TAGS)
+    )
     assert out.returncode == 1, out.stderr
     found = json.loads(out.stdout)
     by_file = {}

@@ -40,8 +40,12 @@ DELIBERATE_FIXES = {
 }
 # What we give instead for those rows.
 FIXED_OUTPUT = {
-    ("extract", 4): {"canonical": ["jaffle.order_items", "jaffle.products.name", "jaffle.order_items.quantity"],
-                     "warnings": [], "error": None, "error_type": None},
+    ("extract", 4): {
+        "canonical": ["jaffle.order_items", "jaffle.products.name", "jaffle.order_items.quantity"],
+        "warnings": [],
+        "error": None,
+        "error_type": None,
+    },
 }
 
 
@@ -63,7 +67,12 @@ def _outcome_of_extract(query, catalog):
         res = extract_entities_from_query(query, catalog)
     except EntityResolutionError as exc:
         return {"canonical": None, "warnings": [], "error": str(exc), "error_type": type(exc).__name__}
-    return {"canonical": list(res.canonicals), "warnings": list(res.warnings), "error": None, "error_type": None}
+    return {
+        "canonical": list(res.canonicals),
+        "warnings": list(res.warnings),
+        "error": None,
+        "error_type": None,
+    }
 
 
 def _expected(row):
@@ -79,8 +88,11 @@ def test_fixture_files_have_the_documented_rows():
     assert len(EXTRACT_ROWS) == 5
 
 
-@pytest.mark.parametrize("i", range(len(RESOLVE_ROWS)),
-                         ids=[f"{i}:{r['input']!r}@{r['source_model']}" for i, r in enumerate(RESOLVE_ROWS)])
+@pytest.mark.parametrize(
+    "i",
+    range(len(RESOLVE_ROWS)),
+    ids=[f"{i}:{r['input']!r}@{r['source_model']}" for i, r in enumerate(RESOLVE_ROWS)],
+)
 def test_resolve_matches_slayer(catalog, i):
     row = RESOLVE_ROWS[i]
     priority = tuple(row["priority_override"]) if "priority_override" in row else None
@@ -120,7 +132,10 @@ def test_fix_edge_name_head_under_source_model(catalog):
     row = EXTRACT_ROWS[4]
     assert row["query"]["dimensions"] == ["product.name"]
     slayer = _expected(row)
-    assert slayer["error"] == "'product' is neither a known datasource nor a saved model. (segment of 'product.name')."
+    assert (
+        slayer["error"]
+        == "'product' is neither a known datasource nor a saved model. (segment of 'product.name')."
+    )
     ours = _outcome_of_extract(row["query"], catalog)
     assert ours == FIXED_OUTPUT[("extract", 4)]
     assert resolve_entity("product.name", catalog, "jaffle.order_items").canonical == "jaffle.products.name"
@@ -144,7 +159,8 @@ def test_fix_ambiguous_join_path_is_an_entity_resolution_error(tmp_path):
         "Ambiguous join hop 'orders' → 'customers': 2 edges connect these models and no edge name resolves it.\n"
         "  - declared on 'orders': pairs [customer_id=id], cardinality many_to_one\n"
         "  - declared on 'orders' name='referrer': pairs [referrer_id=id], cardinality many_to_one\n"
-        "Give one edge a `name` and use it as the path segment to disambiguate.")
+        "Give one edge a `name` and use it as the path segment to disambiguate."
+    )
     dropped = []
     for raw in ["orders.customers.name", "orders.amount"]:
         try:
@@ -158,10 +174,15 @@ def test_fix_extension_columns_are_query_local(yaml_catalog):
     """Columns and measures a query's ModelExtension adds exist only in that query. SLayer resolves
     them like stored names and refuses the query (``Entity 'net' not found in any datasource``);
     we skip them as the query's own names, like its named measures."""
-    query = {"source_model": {"source_name": "orders",
-                              "columns": [{"name": "net", "sql": "subtotal - tax_paid"}],
-                              "measures": [{"name": "aov", "formula": "avg(order_total)"}]},
-             "measures": ["sum(net)", "aov"], "dimensions": ["status"]}
+    query = {
+        "source_model": {
+            "source_name": "orders",
+            "columns": [{"name": "net", "sql": "subtotal - tax_paid"}],
+            "measures": [{"name": "aov", "formula": "avg(order_total)"}],
+        },
+        "measures": ["sum(net)", "aov"],
+        "dimensions": ["status"],
+    }
     # SLayer 1.4.1 refuses the query: it resolves ``net`` as if it were a stored name.
     slayer_error = "Entity 'net' not found in any datasource (checked all known datasources)."
     with pytest.raises(EntityResolutionError) as as_stored_name:
@@ -178,8 +199,10 @@ def test_removed_column_keeps_slayer_message_with_hint(catalog):
     with pytest.raises(EntityResolutionError) as info:
         resolve_entity("jaffle.customers.loyalty_tier", catalog)
     assert str(info.value) == "'loyalty_tier' is not a join target on model 'customers'."
-    assert info.value.hint == ("'loyalty_tier' is neither a column, measure or aggregation of model "
-                               "'jaffle.customers' nor a join from it")
+    assert info.value.hint == (
+        "'loyalty_tier' is neither a column, measure or aggregation of model "
+        "'jaffle.customers' nor a join from it"
+    )
     with pytest.raises(EntityResolutionError) as bad_hop:
         resolve_entity("orders.nosuch.city", catalog)
     assert bad_hop.value.hint is None  # a genuinely bad hop needs no hint
@@ -191,8 +214,11 @@ def test_removed_column_keeps_slayer_message_with_hint(catalog):
 def _write_store(root: Path, models: dict[str, dict[str, dict]], priority: list[str] | None = None) -> Path:
     (root / "datasources").mkdir(parents=True)
     for ds, by_name in models.items():
-        (root / "datasources" / f"{ds}.yaml").write_text(yaml.safe_dump(
-            {"version": 2, "name": ds, "type": "sqlite", "connection_string": "sqlite:///x.db"}))
+        (root / "datasources" / f"{ds}.yaml").write_text(
+            yaml.safe_dump(
+                {"version": 2, "name": ds, "type": "sqlite", "connection_string": "sqlite:///x.db"}
+            )
+        )
         (root / "models" / ds).mkdir(parents=True)
         for name, body in by_name.items():
             doc = {"version": 15, "name": name, "sql_table": name, "data_source": ds, **body}
@@ -205,16 +231,39 @@ def _write_store(root: Path, models: dict[str, dict[str, dict]], priority: list[
 
 SHOP = {
     "shop": {
-        "orders": {"columns": ["id", "customer_id", "referrer_id", "amount"], "joins": [
-            {"target_model": "customers", "join_pairs": [["customer_id", "id"]], "cardinality": "many_to_one"},
-            {"target_model": "customers", "join_pairs": [["referrer_id", "id"]], "cardinality": "many_to_one",
-             "name": "referrer"},
-            {"target_model": "ghosts", "join_pairs": [["id", "id"]]},
-        ]},
-        "customers": {"columns": ["id", "region_id", "name"], "joins": [
-            {"target_model": "regions", "join_pairs": [["region_id", "id"]], "cardinality": "many_to_one"}]},
-        "regions": {"columns": ["id", "name"], "joins": [
-            {"target_model": "customers", "join_pairs": [["id", "region_id"]], "cardinality": "one_to_many"}]},
+        "orders": {
+            "columns": ["id", "customer_id", "referrer_id", "amount"],
+            "joins": [
+                {
+                    "target_model": "customers",
+                    "join_pairs": [["customer_id", "id"]],
+                    "cardinality": "many_to_one",
+                },
+                {
+                    "target_model": "customers",
+                    "join_pairs": [["referrer_id", "id"]],
+                    "cardinality": "many_to_one",
+                    "name": "referrer",
+                },
+                {"target_model": "ghosts", "join_pairs": [["id", "id"]]},
+            ],
+        },
+        "customers": {
+            "columns": ["id", "region_id", "name"],
+            "joins": [
+                {"target_model": "regions", "join_pairs": [["region_id", "id"]], "cardinality": "many_to_one"}
+            ],
+        },
+        "regions": {
+            "columns": ["id", "name"],
+            "joins": [
+                {
+                    "target_model": "customers",
+                    "join_pairs": [["id", "region_id"]],
+                    "cardinality": "one_to_many",
+                }
+            ],
+        },
     },
     "crm": {"regions": {"columns": ["id", "label"]}},
 }
@@ -229,7 +278,8 @@ AMBIGUOUS_CUSTOMERS = (
     "Ambiguous join hop 'orders' → 'customers': 2 edges connect these models and no edge name resolves it.\n"
     "  - declared on 'orders': pairs [customer_id=id], cardinality many_to_one\n"
     "  - declared on 'orders' name='referrer': pairs [referrer_id=id], cardinality many_to_one\n"
-    "Give one edge a `name` and use it as the path segment to disambiguate.")
+    "Give one edge a `name` and use it as the path segment to disambiguate."
+)
 SHOP_CASES = [
     ("orders.referrer.name", None, "shop.customers.name"),  # edge name picks one of two parallel edges
     ("customers.referrer.amount", None, "shop.orders.amount"),  # the edge name works walked backwards too
@@ -237,28 +287,64 @@ SHOP_CASES = [
     ("orders.customers.name", None, ("AmbiguousJoinPathError", AMBIGUOUS_CUSTOMERS)),
     ("orders.customers", None, ("AmbiguousJoinPathError", AMBIGUOUS_CUSTOMERS)),
     ("orders.customers.name:sum", None, ("AmbiguousJoinPathError", AMBIGUOUS_CUSTOMERS)),
-    ("customers.orders.amount", None, ("AmbiguousJoinPathError",
-     "Ambiguous join hop 'customers' → 'orders': 2 edges connect these models and no edge name resolves it.\n"
-     "  - declared on 'orders': pairs [id=customer_id], cardinality one_to_many\n"
-     "  - declared on 'orders' name='referrer': pairs [id=referrer_id], cardinality one_to_many\n"
-     "Give one edge a `name` and use it as the path segment to disambiguate.")),
+    (
+        "customers.orders.amount",
+        None,
+        (
+            "AmbiguousJoinPathError",
+            "Ambiguous join hop 'customers' → 'orders': 2 edges connect these models and no edge name resolves it.\n"
+            "  - declared on 'orders': pairs [id=customer_id], cardinality one_to_many\n"
+            "  - declared on 'orders' name='referrer': pairs [id=referrer_id], cardinality one_to_many\n"
+            "Give one edge a `name` and use it as the path segment to disambiguate.",
+        ),
+    ),
     # both ends declare the same relation: two edges, each side's seen from customers
-    ("shop.customers.regions", None, ("AmbiguousJoinPathError",
-     "Ambiguous join hop 'customers' → 'regions': 2 edges connect these models and no edge name resolves it.\n"
-     "  - declared on 'customers': pairs [region_id=id], cardinality many_to_one\n"
-     "  - declared on 'regions': pairs [region_id=id], cardinality many_to_one\n"
-     "Give one edge a `name` and use it as the path segment to disambiguate.")),
-    ("orders.referrer.referrer.amount", None, ("EntityResolutionError",
-     "Circular join detected resolving 'referrer.referrer.amount' from 'orders': hop 'referrer' revisits model 'orders'.")),
+    (
+        "shop.customers.regions",
+        None,
+        (
+            "AmbiguousJoinPathError",
+            "Ambiguous join hop 'customers' → 'regions': 2 edges connect these models and no edge name resolves it.\n"
+            "  - declared on 'customers': pairs [region_id=id], cardinality many_to_one\n"
+            "  - declared on 'regions': pairs [region_id=id], cardinality many_to_one\n"
+            "Give one edge a `name` and use it as the path segment to disambiguate.",
+        ),
+    ),
+    (
+        "orders.referrer.referrer.amount",
+        None,
+        (
+            "EntityResolutionError",
+            "Circular join detected resolving 'referrer.referrer.amount' from 'orders': hop 'referrer' revisits model 'orders'.",
+        ),
+    ),
     ("orders.ghosts", None, ("EntityResolutionError", "'ghosts' is not a join target on model 'orders'.")),
     ("orders.ghosts.x", None, ("EntityResolutionError", "'ghosts' is not a join target on model 'orders'.")),
-    ("orders.referrer.nosuch", None, ("EntityResolutionError", "'nosuch' is not a join target on model 'customers'.")),
-    ("name", None, ("EntityResolutionError", "Ambiguous bare name 'name' matches columns / measures / aggregations "
-                    "on ['customers', 'regions'] in datasource 'shop'. Qualify as '<model>.name'.")),
+    (
+        "orders.referrer.nosuch",
+        None,
+        ("EntityResolutionError", "'nosuch' is not a join target on model 'customers'."),
+    ),
+    (
+        "name",
+        None,
+        (
+            "EntityResolutionError",
+            "Ambiguous bare name 'name' matches columns / measures / aggregations "
+            "on ['customers', 'regions'] in datasource 'shop'. Qualify as '<model>.name'.",
+        ),
+    ),
     ("label", None, "crm.regions.label"),  # no priority: datasources in sorted order, crm first
     ("region_id", None, "shop.customers.region_id"),
-    ("regions", None, ("AmbiguousModelError", "Model 'regions' exists in multiple datasources: ['crm', 'shop']. "
-                       "Specify a data_source or set a datasource priority to disambiguate.")),
+    (
+        "regions",
+        None,
+        (
+            "AmbiguousModelError",
+            "Model 'regions' exists in multiple datasources: ['crm', 'shop']. "
+            "Specify a data_source or set a datasource priority to disambiguate.",
+        ),
+    ),
     ("crm.regions.label", None, "crm.regions.label"),
     ("crm.regions.id", None, "crm.regions.id"),
     ("count(customers.*)", None, "shop.customers"),
@@ -292,9 +378,16 @@ def test_priority_settles_models_and_orders_the_leaf_search(tmp_path):
 
 
 def test_inline_source_model(yaml_catalog):
-    query = {"source_model": {"name": "adhoc", "data_source": "jaffle", "sql_table": "orders",
-                              "columns": [{"name": "a"}, {"name": "b"}]},
-             "measures": ["sum(a)"], "dimensions": ["b", "customers.city"]}
+    query = {
+        "source_model": {
+            "name": "adhoc",
+            "data_source": "jaffle",
+            "sql_table": "orders",
+            "columns": [{"name": "a"}, {"name": "b"}],
+        },
+        "measures": ["sum(a)"],
+        "dimensions": ["b", "customers.city"],
+    }
     got = extract_entities_from_query(query, yaml_catalog)
     assert got.canonicals == ("jaffle.adhoc", "jaffle.adhoc.b", "jaffle.customers.city", "jaffle.adhoc.a")
 
@@ -353,32 +446,74 @@ def test_query_references_fields_and_walk_order():
 def test_stored_form_reads_like_user_form(yaml_catalog):
     """The memory form (``model_dump(mode="json")``) of a query names the same references."""
     stored = {
-        "dimensions": [{"label": None, "model": "customers", "name": "city"},
-                       {"expression": "upper(status)", "name": "st"}],
-        "filters": ["status = 'completed' and st != 'X'", "buyers > 1"], "limit": None,
-        "measures": [{"description": None, "formula": "sum(order_total)/count(*)", "label": None, "meta": None,
-                      "name": None, "type": None},
-                     {"description": None, "formula": "count_distinct(customer_id)", "label": None, "meta": None,
-                      "name": "buyers", "type": None}],
-        "order": [{"column": {"label": None, "model": None, "name": "_funcstyle_pending"}, "direction": "desc",
-                   "raw_formula": "sum(subtotal)"},
-                  {"column": {"label": None, "model": None, "name": "buyers"}, "direction": "asc",
-                   "raw_formula": None}],
+        "dimensions": [
+            {"label": None, "model": "customers", "name": "city"},
+            {"expression": "upper(status)", "name": "st"},
+        ],
+        "filters": ["status = 'completed' and st != 'X'", "buyers > 1"],
+        "limit": None,
+        "measures": [
+            {
+                "description": None,
+                "formula": "sum(order_total)/count(*)",
+                "label": None,
+                "meta": None,
+                "name": None,
+                "type": None,
+            },
+            {
+                "description": None,
+                "formula": "count_distinct(customer_id)",
+                "label": None,
+                "meta": None,
+                "name": "buyers",
+                "type": None,
+            },
+        ],
+        "order": [
+            {
+                "column": {"label": None, "model": None, "name": "_funcstyle_pending"},
+                "direction": "desc",
+                "raw_formula": "sum(subtotal)",
+            },
+            {
+                "column": {"label": None, "model": None, "name": "buyers"},
+                "direction": "asc",
+                "raw_formula": None,
+            },
+        ],
         "source_model": "orders",
         "time_dimensions": [
-            {"date_range": None, "dimension": {"label": None, "model": None, "name": "tax_paid"},
-             "granularity": "day", "label": None},
-            {"date_range": None, "dimension": {"label": None, "model": None, "name": "ordered_at"},
-             "granularity": "month", "label": None}],
+            {
+                "date_range": None,
+                "dimension": {"label": None, "model": None, "name": "tax_paid"},
+                "granularity": "day",
+                "label": None,
+            },
+            {
+                "date_range": None,
+                "dimension": {"label": None, "model": None, "name": "ordered_at"},
+                "granularity": "month",
+                "label": None,
+            },
+        ],
         "version": 6,
     }
     texts = [r.text for r in query_references(stored)]
     assert texts == [r.text for r in query_references(USER_QUERY)]
-    assert extract_entities_from_query(stored, yaml_catalog) == extract_entities_from_query(USER_QUERY, yaml_catalog)
+    assert extract_entities_from_query(stored, yaml_catalog) == extract_entities_from_query(
+        USER_QUERY, yaml_catalog
+    )
     assert extract_entities_from_query(stored, yaml_catalog).canonicals == (
-        "jaffle.orders", "jaffle.customers.city", "jaffle.orders.status", "jaffle.orders.tax_paid",
-        "jaffle.orders.ordered_at", "jaffle.orders.order_total", "jaffle.orders.customer_id",
-        "jaffle.orders.subtotal")
+        "jaffle.orders",
+        "jaffle.customers.city",
+        "jaffle.orders.status",
+        "jaffle.orders.tax_paid",
+        "jaffle.orders.ordered_at",
+        "jaffle.orders.order_total",
+        "jaffle.orders.customer_id",
+        "jaffle.orders.subtotal",
+    )
 
 
 def test_memory_queries_of_the_fixture_still_resolve(catalog):
@@ -390,15 +525,24 @@ def test_memory_queries_of_the_fixture_still_resolve(catalog):
 
 
 def test_query_shape_problems_raise_or_collect():
-    bad = {"source_model": "orders", "dimensions": ["a +", "status"], "time_dimensions": ["ordered_at"],
-           "measures": [{"name": "x"}], "filters": [3]}
+    bad = {
+        "source_model": "orders",
+        "dimensions": ["a +", "status"],
+        "time_dimensions": ["ordered_at"],
+        "measures": [{"name": "x"}],
+        "filters": [3],
+    }
     with pytest.raises(QueryShapeError) as info:
         query_references(bad)
     assert (info.value.field, info.value.index) == ("dimensions", 0)
     problems: list[QueryShapeError] = []
     refs = query_references(bad, problems)
     assert [(p.field, p.index) for p in problems] == [
-        ("dimensions", 0), ("time_dimensions", 0), ("measures", 0), ("filters", 0)]
+        ("dimensions", 0),
+        ("time_dimensions", 0),
+        ("measures", 0),
+        ("filters", 0),
+    ]
     assert [r.text for r in refs] == ["orders", "status"]
 
 
@@ -411,7 +555,9 @@ def test_extract_errors(yaml_catalog):
         extract_entities_from_query({"source_model": "orders", "measures": ["sum(nosuch)"]}, yaml_catalog)
     with pytest.raises(AmbiguousModelError):
         extract_entities_from_query({"source_model": "products"}, yaml_catalog, priority=())
-    assert extract_entities_from_query({"source_model": "products"}, yaml_catalog).canonicals == ("jaffle.products",)
+    assert extract_entities_from_query({"source_model": "products"}, yaml_catalog).canonicals == (
+        "jaffle.products",
+    )
 
 
 # ------------------------------------------------------------------------------ Mode-B formula tokens
@@ -458,24 +604,30 @@ def test_formula_tokens_match_slayer(formula):
     assert formulas.formula_tokens(formula) == FORMULA_TOKENS[formula]
 
 
-@pytest.mark.parametrize("text,tokens", [
-    ("status='completed' and order_total>10", ["status", "order_total"]),
-    ("coalesce(discount_code, 'a:b') = {v} or x:sum(p=1) > 2", ["discount_code", "x"]),
-    ("customers.city in ('a', 'b') and x IS NOT NULL", ["customers.city", "x"]),
-    ("1.5e3 > amount", ["e3", "amount"]),  # SLayer's text scan, quirks included
-])
+@pytest.mark.parametrize(
+    "text,tokens",
+    [
+        ("status='completed' and order_total>10", ["status", "order_total"]),
+        ("coalesce(discount_code, 'a:b') = {v} or x:sum(p=1) > 2", ["discount_code", "x"]),
+        ("customers.city in ('a', 'b') and x IS NOT NULL", ["customers.city", "x"]),
+        ("1.5e3 > amount", ["e3", "amount"]),  # SLayer's text scan, quirks included
+    ],
+)
 def test_filter_tokens(text, tokens):
     assert formulas.filter_tokens(text) == tokens
 
 
-@pytest.mark.parametrize("raw,split", [
-    ("sum(orders.amount)", ("orders.amount", "sum")),
-    ("orders.amount:sum", ("orders.amount", "sum")),
-    ("revenue:last(created_at)", ("revenue", "last")),
-    ("count(distinct customer_id)", ("customer_id", "count_distinct")),
-    ("count(*)", ("*", "count")),
-    ("plain.path", ("plain.path", None)),
-])
+@pytest.mark.parametrize(
+    "raw,split",
+    [
+        ("sum(orders.amount)", ("orders.amount", "sum")),
+        ("orders.amount:sum", ("orders.amount", "sum")),
+        ("revenue:last(created_at)", ("revenue", "last")),
+        ("count(distinct customer_id)", ("customer_id", "count_distinct")),
+        ("count(*)", ("*", "count")),
+        ("plain.path", ("plain.path", None)),
+    ],
+)
 def test_split_agg_ref(raw, split):
     assert formulas.split_agg_ref(raw) == split
 

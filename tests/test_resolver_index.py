@@ -16,8 +16,23 @@ from slayer_lsp.query.resolver import EntityResolutionError, resolve_entity
 from slayer_lsp.store.reader import StoreReader
 from tests.conftest import YAML_STORE
 
-PROBES = ("status", "city", "orders", "products", "name", "id", "stores.city", "orders.customers.name",
-          "supplies", "products.price", "cost", "sku", "extra_0", "extra_1", "twin")
+PROBES = (
+    "status",
+    "city",
+    "orders",
+    "products",
+    "name",
+    "id",
+    "stores.city",
+    "orders.customers.name",
+    "supplies",
+    "products.price",
+    "cost",
+    "sku",
+    "extra_0",
+    "extra_1",
+    "twin",
+)
 
 
 @pytest.fixture()
@@ -34,18 +49,41 @@ def _edit(store, rng: random.Random, step: int) -> None:
     files = sorted(store.glob("models/*/*.yaml"))
     path = rng.choice(files)
     data = yaml.safe_load(path.read_text())
-    op = rng.choice(["add_column", "drop_column", "add_join", "drop_joins", "copy_model", "delete_model",
-                     "rename_model", "add_measure", "noop_rewrite"])
+    op = rng.choice(
+        [
+            "add_column",
+            "drop_column",
+            "add_join",
+            "drop_joins",
+            "copy_model",
+            "delete_model",
+            "rename_model",
+            "add_measure",
+            "noop_rewrite",
+        ]
+    )
     if op == "add_column":
-        data.setdefault("columns", []).append({"name": rng.choice(["extra_0", "extra_1", "twin", "status"]) + (
-            f"_{step}" if rng.random() < 0.3 else ""), "sql": "x", "type": "TEXT"})
+        data.setdefault("columns", []).append(
+            {
+                "name": rng.choice(["extra_0", "extra_1", "twin", "status"])
+                + (f"_{step}" if rng.random() < 0.3 else ""),
+                "sql": "x",
+                "type": "TEXT",
+            }
+        )
     elif op == "drop_column" and data.get("columns"):
         data["columns"].pop(rng.randrange(len(data["columns"])))
     elif op == "add_join":
         peers = [p.stem for p in path.parent.glob("*.yaml") if p.stem != data["name"]]
         if peers:
-            data.setdefault("joins", []).append({"target_model": rng.choice(peers), "join_pairs": [["id", "id"]],
-                                                 "join_type": "left", "cardinality": "many_to_one"})
+            data.setdefault("joins", []).append(
+                {
+                    "target_model": rng.choice(peers),
+                    "join_pairs": [["id", "id"]],
+                    "join_type": "left",
+                    "cardinality": "many_to_one",
+                }
+            )
     elif op == "drop_joins":
         data["joins"] = []
     elif op == "copy_model":
@@ -61,7 +99,9 @@ def _edit(store, rng: random.Random, step: int) -> None:
         data["name"] = f"{data['name']}_r{step}"
         path = path.with_name(f"{data['name']}.yaml")
     elif op == "add_measure":
-        data.setdefault("measures", []).append({"name": rng.choice(["cost", "twin", "sku"]), "formula": "sum(x)"})
+        data.setdefault("measures", []).append(
+            {"name": rng.choice(["cost", "twin", "sku"]), "formula": "sum(x)"}
+        )
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 

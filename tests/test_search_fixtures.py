@@ -17,8 +17,12 @@ from slayer_lsp.search.types import SearchError, parse_params
 from tests.conftest import EXPECTED, SQLITE_STORE, YAML_STORE
 
 CASES = sorted(p for p in EXPECTED.glob("[0-9][0-9]_*.json"))
-TIME_SPINE = ("jaffle.time_spine", "jaffle.time_spine.timestamp", "supplies.time_spine",
-              "supplies.time_spine.timestamp")
+TIME_SPINE = (
+    "jaffle.time_spine",
+    "jaffle.time_spine.timestamp",
+    "supplies.time_spine",
+    "supplies.time_spine.timestamp",
+)
 DELIBERATE = {
     "02_q_apostrophe": "an apostrophe no longer empties the full-text channel",
     "05_q_format_repr": "no Pydantic repr line in column text",
@@ -50,8 +54,18 @@ def _run(engine: Engine, call: dict) -> dict:
 
 
 def _summary(resp: dict) -> list[tuple]:
-    return [(h["kind"], h["id"], round(h["score"], 10), h["description"], h["matched_entities"], h["query"],
-             h["text"]) for h in resp["results"]]
+    return [
+        (
+            h["kind"],
+            h["id"],
+            round(h["score"], 10),
+            h["description"],
+            h["matched_entities"],
+            h["query"],
+            h["text"],
+        )
+        for h in resp["results"]
+    ]
 
 
 @pytest.mark.parametrize("backend", ["yaml", "sqlite"])
@@ -123,8 +137,9 @@ def test_fix_verbose_memory_text_is_rendered_doc(engines):
     exp = {h["id"]: h for h in data["response"]["results"]}
     got = _run(engines["yaml"], data["call"])
     # same hits in the same order with the same scores
-    assert [(h["kind"], h["id"], round(h["score"], 10)) for h in got["results"]] == \
-        [(h["kind"], h["id"], round(h["score"], 10)) for h in data["response"]["results"]]
+    assert [(h["kind"], h["id"], round(h["score"], 10)) for h in got["results"]] == [
+        (h["kind"], h["id"], round(h["score"], 10)) for h in data["response"]["results"]
+    ]
     mine = {h["id"]: h for h in got["results"]}
     # SLayer: memory 12 (found by tantivy) carries the rendered doc, memory 2 (found by tags only) the
     # raw learning; ours carries the rendered doc for both.

@@ -40,8 +40,11 @@ def test_catalog_contents(yaml_catalog):
     assert cat.kind_of("memory:kb.revenue") == "memory"
     assert cat.get("jaffle.customers.email").hidden  # hidden column
     assert cat.get("jaffle.supplies").hidden and cat.get("jaffle.supplies.cost").hidden  # hidden model
-    assert cat.children("jaffle.orders")[:3] == ("jaffle.orders.id", "jaffle.orders.customer_id",
-                                                  "jaffle.orders.store_id")
+    assert cat.children("jaffle.orders")[:3] == (
+        "jaffle.orders.id",
+        "jaffle.orders.customer_id",
+        "jaffle.orders.store_id",
+    )
     assert "jaffle.orders" in cat.children("jaffle")
     assert Catalog.parent("jaffle.orders.status") == "jaffle.orders"
     status = cat.get("jaffle.orders.status").obj
@@ -58,11 +61,17 @@ def test_catalog_contents(yaml_catalog):
     assert (text == conn and missing == ["SLAYER_FIXTURE_DIR"]) or "SLAYER_FIXTURE_DIR" in os.environ
 
 
-@pytest.mark.parametrize("raw,backend,suffix", [
-    ("store.db", "sqlite", "store.db"), ("x/store.sqlite3", "sqlite", "store.sqlite3"),
-    ("sqlite:///tmp/s.db", "sqlite", "s.db"), ("yaml:///tmp/store", "yaml", "store"),
-    ("some/dir", "yaml", "dir"), ("weird.DB", "sqlite", "weird.DB"),
-])
+@pytest.mark.parametrize(
+    "raw,backend,suffix",
+    [
+        ("store.db", "sqlite", "store.db"),
+        ("x/store.sqlite3", "sqlite", "store.sqlite3"),
+        ("sqlite:///tmp/s.db", "sqlite", "s.db"),
+        ("yaml:///tmp/store", "yaml", "store"),
+        ("some/dir", "yaml", "dir"),
+        ("weird.DB", "sqlite", "weird.DB"),
+    ],
+)
 def test_backend_choice(raw, backend, suffix):
     loc = locate(raw)
     assert loc.backend == backend and loc.path.name == suffix
@@ -98,7 +107,11 @@ def sqlite_copy(tmp_path):
 
 BAD_FILES = [
     # (relative path, bytes, expected fragment of the issue message)
-    ("models/jaffle/orders.yaml", b"version: 15\nname: orders\ncolumns:\n- name: id\n  type: [", "invalid YAML"),
+    (
+        "models/jaffle/orders.yaml",
+        b"version: 15\nname: orders\ncolumns:\n- name: id\n  type: [",
+        "invalid YAML",
+    ),
     ("models/jaffle/stores.yaml", b"version: 15\nname: stores\ncolumns: 7\n", "cannot be loaded"),
     ("memories/4.md", b"---\ncreated_at: '2026-01-01'\n\xff\xfe bad bytes\n---\nx", "not UTF-8"),
     ("datasources/supplies.yaml", b"- just\n- a list\n", "expected a mapping"),
@@ -271,18 +284,29 @@ def test_concurrent_atomic_replace_never_breaks_a_read(yaml_copy):
 # --------------------------------------------------------------------------- YAML details
 
 
-@pytest.mark.parametrize("text", [
-    "a: 1\nb: [1, 2.5, yes, no, ~, null, 0x1F, 1_000, '3', 1e3, .inf, 1:20, '']\nc: {d: e}\n",
-    "- &x {a: 1}\n- *x\n", "<<: {a: 1}\nb: 2\n", "", "x", "a: !!str 5\n", "a:\n- b\n-\n  c: 1\n",
-    "a: 1\na: 2\n", "d: \"\\xE9t\\u2013\"\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 1\nb: [1, 2.5, yes, no, ~, null, 0x1F, 1_000, '3', 1e3, .inf, 1:20, '']\nc: {d: e}\n",
+        "- &x {a: 1}\n- *x\n",
+        "<<: {a: 1}\nb: 2\n",
+        "",
+        "x",
+        "a: !!str 5\n",
+        "a:\n- b\n-\n  c: 1\n",
+        "a: 1\na: 2\n",
+        'd: "\\xE9t\\u2013"\n',
+    ],
+)
 def test_fast_yaml_equals_safe_load(text):
     assert fastyaml.load(text) == yaml.safe_load(text)
 
 
 def test_fast_yaml_keeps_timestamps_as_text():
     assert fastyaml.load("t: 2026-11-30T04:22:12.008273Z\nd: 2024-01-01\n") == {
-        "t": "2026-11-30T04:22:12.008273Z", "d": "2024-01-01"}
+        "t": "2026-11-30T04:22:12.008273Z",
+        "d": "2024-01-01",
+    }
 
 
 def test_memory_front_matter_split():
@@ -296,14 +320,22 @@ def test_watcher_hints_read_only_the_changed_paths(yaml_copy, monkeypatch):
     full = reader.read()
     (yaml_copy / "memories/1.md").write_text("---\nversion: 4\n---\nrewritten")
     (yaml_copy / "memories/2.md").unlink()
-    (yaml_copy / "models/jaffle/brand_new.yaml").write_text("version: 15\nname: brand_new\ndata_source: jaffle\n")
+    (yaml_copy / "models/jaffle/brand_new.yaml").write_text(
+        "version: 15\nname: brand_new\ndata_source: jaffle\n"
+    )
     (yaml_copy / "memories/.3.md.tmp.x").write_text("half")
     stats = []
     real_stat = os.stat
     monkeypatch.setattr(os, "stat", lambda p, *a, **k: stats.append(str(p)) or real_stat(p, *a, **k))
-    hinted = reader.read(changed=[str(yaml_copy / "memories/1.md"), str(yaml_copy / "memories/2.md"),
-                                  str(yaml_copy / "models/jaffle/brand_new.yaml"),
-                                  str(yaml_copy / "memories/.3.md.tmp.x"), str(yaml_copy / "memories.lock")])
+    hinted = reader.read(
+        changed=[
+            str(yaml_copy / "memories/1.md"),
+            str(yaml_copy / "memories/2.md"),
+            str(yaml_copy / "models/jaffle/brand_new.yaml"),
+            str(yaml_copy / "memories/.3.md.tmp.x"),
+            str(yaml_copy / "memories.lock"),
+        ]
+    )
     monkeypatch.undo()
     fresh = StoreReader(yaml_copy).read()
     assert list(hinted.docs) == list(fresh.docs)  # same documents, same order as a full listing

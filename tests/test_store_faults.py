@@ -142,7 +142,10 @@ def test_a_file_that_stops_loading_keeps_its_last_good_version(tmp_path, garbage
     # repaired: the new content is served and the issue is gone
     path.write_text(edited(good))
     engine.refresh([str(path)])
-    assert engine.current().catalog.get("shop.books.sku").description == "Stock keeping unit (edited), e.g. SKU-1042"
+    assert (
+        engine.current().catalog.get("shop.books.sku").description
+        == "Stock keeping unit (edited), e.g. SKU-1042"
+    )
     assert issues_of(engine, path) == []
     assert served(engine) == served(cold(store))
 
@@ -155,7 +158,9 @@ def test_deep_flow_nesting_is_refused_before_the_yaml_parser_sees_it(tmp_path):
     engine = cold(store)
     assert "shop.books" not in engine.current().catalog.entities
     for path in (store / BOOKS, store / "memories" / "1.md"):
-        assert issues_of(engine, path) == ["cannot be loaded: flow collections nested deeper than 1000 levels"]
+        assert issues_of(engine, path) == [
+            "cannot be loaded: flow collections nested deeper than 1000 levels"
+        ]
 
 
 def test_a_memory_and_a_datasource_that_stop_loading_keep_their_last_good_version(tmp_path):
@@ -192,7 +197,7 @@ def _rewrite_in_chunks(path: Path, data: bytes, rng: random.Random) -> None:
     step = rng.choice((64, 512, 4096))
     with open(path, "wb") as fh:
         for i in range(0, len(data), step):
-            fh.write(data[i:i + step])
+            fh.write(data[i : i + step])
             fh.flush()
 
 
@@ -216,19 +221,30 @@ def _replace_atomically(path: Path, data: bytes, rng: random.Random) -> None:
     atomic_write(path, data)
 
 
-WRITES = (_rewrite_in_chunks, _garbage_then_back, _delete_and_recreate, _truncate_then_back, _replace_atomically)
+WRITES = (
+    _rewrite_in_chunks,
+    _garbage_then_back,
+    _delete_and_recreate,
+    _truncate_then_back,
+    _replace_atomically,
+)
 
 
 @pytest.mark.slow
 def test_a_writer_racing_the_reader_never_breaks_what_is_served(tmp_path):
     store = yaml_store(tmp_path)
-    targets = [store / BOOKS, store / "models" / "shop" / "customers.yaml", store / "memories" / "1.md",
-               store / "datasources" / "shop.yaml"]
+    targets = [
+        store / BOOKS,
+        store / "models" / "shop" / "customers.yaml",
+        store / "memories" / "1.md",
+        store / "datasources" / "shop.yaml",
+    ]
     good = {p: p.read_bytes() for p in targets}
     engine = cold(store)
     sources = {str(p) for p in targets}
-    bystanders = {c: v for c, v in served(engine).items()
-                  if engine.current().catalog.get(c).source.path not in sources}
+    bystanders = {
+        c: v for c, v in served(engine).items() if engine.current().catalog.get(c).source.path not in sources
+    }
     stop = threading.Event()
     rng = random.Random(20251)
     writes: list[str] = []
@@ -256,7 +272,9 @@ def test_a_writer_racing_the_reader_never_breaks_what_is_served(tmp_path):
             assert {c: now.get(c) for c in bystanders} == bystanders  # the other documents never move
             for question in ("customer city", "stock keeping unit"):
                 found = engine.search({"question": question, "max_results": 8})
-                assert all(h.id in state.catalog.entities or h.id in state.catalog.memories for h in found.results)
+                assert all(
+                    h.id in state.catalog.entities or h.id in state.catalog.memories for h in found.results
+                )
     finally:
         stop.set()
         thread.join()
@@ -360,7 +378,7 @@ def _damage(db: Path, how: str, rng: random.Random) -> None:
         data[:100] = rng.randbytes(100)
     elif how == "pages":
         for start in range(page, len(data), page):
-            data[start:start + page] = rng.randbytes(min(page, len(data) - start))
+            data[start : start + page] = rng.randbytes(min(page, len(data) - start))
     elif how == "truncated":
         data = data[: len(data) // 3]
     elif how == "emptied":
@@ -425,15 +443,23 @@ def test_enospc_mid_write_of_a_memory_leaves_nothing_behind(tmp_path, monkeypatc
 
     monkeypatch.setattr(store_files, "write_all", half_then_full)
     with pytest.raises(MemoryWriteError, match=r"No space left on device \(ENOSPC\)"):
-        save_memory(engine.location, engine.current().catalog, learning="Reorder when stock falls below ten.",
-                    entities=["books.sku"])
+        save_memory(
+            engine.location,
+            engine.current().catalog,
+            learning="Reorder when stock falls below ten.",
+            entities=["books.sku"],
+        )
     assert _memory_files(store) == files  # no partial file, no temp file
     engine.refresh(None)
     assert served(engine) == before
 
     monkeypatch.setattr(store_files, "write_all", real)  # space again
-    saved = save_memory(engine.location, engine.current().catalog, learning="Reorder when stock falls below ten.",
-                        entities=["books.sku"])
+    saved = save_memory(
+        engine.location,
+        engine.current().catalog,
+        learning="Reorder when stock falls below ten.",
+        entities=["books.sku"],
+    )
     engine.refresh(None)
     assert engine.current().catalog.memory(saved.id).learning == "Reorder when stock falls below ten."
 
@@ -446,16 +472,24 @@ def test_a_full_disk_refuses_a_memory_cleanly(tmp_path, backend):
     listing = sorted(os.listdir(store.parent if backend == "sqlite" else store / "memories"))
     image = store.read_bytes() if backend == "sqlite" else None
     with file_size_limit(0), pytest.raises(MemoryWriteError) as err:
-        save_memory(engine.location, engine.current().catalog, learning="Shelf space is counted in metres.",
-                    entities=["books.sku"])
+        save_memory(
+            engine.location,
+            engine.current().catalog,
+            learning="Shelf space is counted in metres.",
+            entities=["books.sku"],
+        )
     assert "cannot" in str(err.value) and str(store) in str(err.value)
     assert sorted(os.listdir(store.parent if backend == "sqlite" else store / "memories")) == listing
     if image is not None:
         assert store.read_bytes() == image
     engine.refresh(None)
     assert engine.current().catalog.fatal is None and served(engine) == before
-    saved = save_memory(engine.location, engine.current().catalog, learning="Shelf space is counted in metres.",
-                        entities=["books.sku"])
+    saved = save_memory(
+        engine.location,
+        engine.current().catalog,
+        learning="Shelf space is counted in metres.",
+        entities=["books.sku"],
+    )
     engine.refresh(None)
     assert engine.current().catalog.memory(saved.id) is not None
     if backend == "sqlite":
@@ -472,7 +506,9 @@ def test_a_full_disk_under_the_cache_is_never_trusted_half_written(tmp_path, mon
     del earlier  # as its process would at exit: the index's writer lock goes with it
     gc.collect()
     assert sorted(p.name for p in next((tmp_path / "cache").iterdir()).iterdir() if p.is_file()) == [
-        "docs.msgpack", "fulltext.msgpack"]
+        "docs.msgpack",
+        "fulltext.msgpack",
+    ]
     (store / BOOKS).write_text(edited((store / BOOKS).read_text()))  # the cached index is now behind
     with file_size_limit(0):
         engine = Engine(store, use_cache=True)
@@ -524,12 +560,15 @@ def test_a_real_enospc_on_a_tiny_tmpfs(tmp_path, monkeypatch):
         assert answers(engine) == answers(cold(store))
         files = _memory_files(store)
         with pytest.raises(MemoryWriteError, match="ENOSPC"):
-            save_memory(engine.location, engine.current().catalog, learning="x" * 20_000, entities=["books.sku"])
+            save_memory(
+                engine.location, engine.current().catalog, learning="x" * 20_000, entities=["books.sku"]
+            )
         assert _memory_files(store) == files
         engine.close()
         filler.unlink()
-        saved = save_memory(engine.location, engine.current().catalog, learning="x" * 20_000,
-                            entities=["books.sku"])
+        saved = save_memory(
+            engine.location, engine.current().catalog, learning="x" * 20_000, entities=["books.sku"]
+        )
         assert f"{saved.id}.md" in _memory_files(store)
         assert answers(Engine(store, use_cache=True)) == answers(cold(store))
     finally:

@@ -125,7 +125,8 @@ def add_embeddings(loc: StoreLocation, canonical_ids: list[str]) -> None:
         conn.executemany(
             "INSERT INTO embeddings (canonical_id, embedding_model_name, entity_kind, content_hash, embedding, "
             "created_at) VALUES (?, 'test/model', 'memory', 'h', '[0.0]', '2026-01-01T00:00:00+00:00')",
-            [(c,) for c in canonical_ids])
+            [(c,) for c in canonical_ids],
+        )
 
 
 def embedding_ids(loc: StoreLocation) -> set[str]:
@@ -147,16 +148,25 @@ def test_new_ids_count_up_from_the_store(store):
     assert first.entities == ("jaffle.orders.status",) and second.entities == ("jaffle.stores",)
     doc = stored_doc(loc, "14")
     assert (doc["learning"], doc["entities"], doc["created_at"], doc["version"]) == (
-        "second note", ["jaffle.stores"], second.created_at, 4)
+        "second note",
+        ["jaffle.stores"],
+        second.created_at,
+        4,
+    )
     fresh = load_catalog(loc.path)  # our own reader sees what we wrote
-    assert fresh.memory("13").learning == "first note" and fresh.memory("13").entities == ["jaffle.orders.status"]
+    assert fresh.memory("13").learning == "first note" and fresh.memory("13").entities == [
+        "jaffle.orders.status"
+    ]
 
 
-@pytest.mark.parametrize("existing, expected", [
-    (["001", "42abc", "help.99", "0"], "13"),  # leading zero, suffix, dotted: not int-shaped; "0" is
-    (["99"], "100"),
-    (["1000000000000000000000"], "1000000000000000000001"),
-])
+@pytest.mark.parametrize(
+    "existing, expected",
+    [
+        (["001", "42abc", "help.99", "0"], "13"),  # leading zero, suffix, dotted: not int-shaped; "0" is
+        (["99"], "100"),
+        (["1000000000000000000000"], "1000000000000000000001"),
+    ],
+)
 def test_new_id_is_max_int_shaped_plus_one(store, existing, expected):
     loc, cat = store
     for memory_id in existing:
@@ -173,7 +183,11 @@ def test_upsert_keeps_created_at(store):
     assert second.created_at == first.created_at
     doc = stored_doc(loc, "kb.status")
     assert (doc["learning"], doc["entities"], doc["description"], doc["created_at"]) == (
-        "v2", ["jaffle.stores.name"], "d", first.created_at)
+        "v2",
+        ["jaffle.stores.name"],
+        "d",
+        first.created_at,
+    )
     # a fixture memory keeps the timestamp SLayer gave it
     original = stored_doc(loc, "1")["created_at"]
     saved = save_memory(loc, cat, learning="rewritten", entities=["orders.subtotal"], id="1")
@@ -186,8 +200,15 @@ def test_resaving_a_slayer_memory_reproduces_its_bytes(store, memory_id):
     loc, cat = store
     before = stored_text(loc, memory_id)
     mem = cat.memory(memory_id)
-    saved = save_memory(loc, cat, id=memory_id, learning=mem.learning, description=mem.description,
-                        entities=None if mem.query else list(mem.entities), query=mem.query)
+    saved = save_memory(
+        loc,
+        cat,
+        id=memory_id,
+        learning=mem.learning,
+        description=mem.description,
+        entities=None if mem.query else list(mem.entities),
+        query=mem.query,
+    )
     assert list(saved.entities) == mem.entities
     assert stored_text(loc, memory_id) == before
     if loc.backend == "sqlite":
@@ -198,13 +219,28 @@ def test_a_user_form_query_is_stored_like_slayer_stored_it(store):
     """Memory 6 of the fixture was saved by SLayer from this user-form query."""
     loc, cat = store
     before = stored_text(loc, "6")
-    user_query = {"source_model": "orders", "measures": [{"formula": "sum(subtotal)", "name": "net_sales"}],
-                  "dimensions": ["stores.name"], "time_dimensions": ["month(ordered_at)"],
-                  "filters": ["status = 'completed'"]}
-    saved = save_memory(loc, cat, id="6", learning="Monthly net sales per store, completed orders only.",
-                        description="Example: monthly net sales by store", query=user_query)
-    assert saved.entities == ("jaffle.orders", "jaffle.stores.name", "jaffle.orders.ordered_at",
-                              "jaffle.orders.subtotal", "jaffle.orders.status")
+    user_query = {
+        "source_model": "orders",
+        "measures": [{"formula": "sum(subtotal)", "name": "net_sales"}],
+        "dimensions": ["stores.name"],
+        "time_dimensions": ["month(ordered_at)"],
+        "filters": ["status = 'completed'"],
+    }
+    saved = save_memory(
+        loc,
+        cat,
+        id="6",
+        learning="Monthly net sales per store, completed orders only.",
+        description="Example: monthly net sales by store",
+        query=user_query,
+    )
+    assert saved.entities == (
+        "jaffle.orders",
+        "jaffle.stores.name",
+        "jaffle.orders.ordered_at",
+        "jaffle.orders.subtotal",
+        "jaffle.orders.status",
+    )
     assert stored_text(loc, "6") == before
 
 
@@ -243,8 +279,11 @@ def test_int_ids_are_strings(store):
 def test_case_collisions(store):
     loc, cat = store
     if loc.backend == "yaml":  # file names would collide on a case-insensitive file system
-        with pytest.raises(MemoryWriteError, match=r"^Memory id 'KB.Revenue' conflicts with existing 'kb.revenue' "
-                                                   r"\(differs only by case\)\. Rename or delete one\.$"):
+        with pytest.raises(
+            MemoryWriteError,
+            match=r"^Memory id 'KB.Revenue' conflicts with existing 'kb.revenue' "
+            r"\(differs only by case\)\. Rename or delete one\.$",
+        ):
             save_memory(loc, cat, learning="x", entities=["orders"], id="KB.Revenue")
         assert "KB.Revenue" not in memory_ids(loc)
     else:  # SLayer's SQLite backend keeps both
@@ -252,10 +291,17 @@ def test_case_collisions(store):
         assert {"KB.Revenue", "kb.revenue"} <= memory_ids(loc)
 
 
-@pytest.mark.parametrize("description, stored", [
-    (None, None), ("", None), ("   \n", None), ("short", "short"), ("x" * 500, "x" * 500),
-    (" padded ", " padded "),
-])
+@pytest.mark.parametrize(
+    "description, stored",
+    [
+        (None, None),
+        ("", None),
+        ("   \n", None),
+        ("short", "short"),
+        ("x" * 500, "x" * 500),
+        (" padded ", " padded "),
+    ],
+)
 def test_description_rules(store, description, stored):
     loc, cat = store
     saved = save_memory(loc, cat, learning="x", entities=["orders"], description=description)
@@ -264,17 +310,20 @@ def test_description_rules(store, description, stored):
     assert ("description" in doc) == (loc.backend == "sqlite" or stored is not None)  # YAML omits it
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(description="x" * 501), "description must be <= 500 chars; got 501."),
-    (dict(description=5), "description must be a string; got int."),
-    (dict(learning=""), "learning text must be a non-empty string."),
-    (dict(learning=" \n\t"), "learning text must be a non-empty string."),
-    (dict(entities=None), "linked_entities must be a non-empty list"),
-    (dict(entities=[]), "linked_entities must be a non-empty list"),
-    (dict(entities="orders"), "linked_entities must be a non-empty list"),
-    (dict(entities=[3]), "linked_entities list items must be strings; got int."),
-    (dict(query={"source_model": "orders"}), "give either entities or a query, not both."),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(description="x" * 501), "description must be <= 500 chars; got 501."),
+        (dict(description=5), "description must be a string; got int."),
+        (dict(learning=""), "learning text must be a non-empty string."),
+        (dict(learning=" \n\t"), "learning text must be a non-empty string."),
+        (dict(entities=None), "linked_entities must be a non-empty list"),
+        (dict(entities=[]), "linked_entities must be a non-empty list"),
+        (dict(entities="orders"), "linked_entities must be a non-empty list"),
+        (dict(entities=[3]), "linked_entities list items must be strings; got int."),
+        (dict(query={"source_model": "orders"}), "give either entities or a query, not both."),
+    ],
+)
 def test_input_rules(store, kwargs, message):
     loc, cat = store
     args = dict(learning="note", entities=["orders"]) | kwargs
@@ -287,19 +336,32 @@ def test_input_rules(store, kwargs, message):
 
 def test_entities_are_deduplicated_in_order(store):
     loc, cat = store
-    saved = save_memory(loc, cat, learning="x",
-                        entities=["stores", "orders.status", "status", "jaffle.orders.status", "jaffle.stores",
-                                  "sum(orders.status)"])
+    saved = save_memory(
+        loc,
+        cat,
+        learning="x",
+        entities=[
+            "stores",
+            "orders.status",
+            "status",
+            "jaffle.orders.status",
+            "jaffle.stores",
+            "sum(orders.status)",
+        ],
+    )
     assert saved.entities == ("jaffle.stores", "jaffle.orders.status")
     assert stored_doc(loc, saved.id)["entities"] == ["jaffle.stores", "jaffle.orders.status"]
 
 
-@pytest.mark.parametrize("reference, message", [
-    ("nope", "Entity 'nope' not found in any datasource (checked all known datasources)."),
-    ("orders.nope", "'nope' is not a join target on model 'orders'."),
-    ("memory:999", "No memory with id '999'."),
-    ("jaffle.customers.loyalty_tier", "'loyalty_tier' is not a join target on model 'customers'."),
-])
+@pytest.mark.parametrize(
+    "reference, message",
+    [
+        ("nope", "Entity 'nope' not found in any datasource (checked all known datasources)."),
+        ("orders.nope", "'nope' is not a join target on model 'orders'."),
+        ("memory:999", "No memory with id '999'."),
+        ("jaffle.customers.loyalty_tier", "'loyalty_tier' is not a join target on model 'customers'."),
+    ],
+)
 def test_references_resolve_strictly(store, reference, message):
     loc, cat = store
     before = memory_ids(loc)
@@ -325,7 +387,9 @@ def test_memory_tags_are_checked_against_the_store(store):
 def test_query_errors_name_the_reference(store):
     loc, cat = store
     with pytest.raises(MemoryWriteError, match=r"^query: Entity 'nonexistent' not found"):
-        save_memory(loc, cat, learning="x", query={"source_model": "orders", "measures": ["sum(nonexistent)"]})
+        save_memory(
+            loc, cat, learning="x", query={"source_model": "orders", "measures": ["sum(nonexistent)"]}
+        )
     with pytest.raises(MemoryWriteError, match=r"^query: Source model not found: 'nope'"):
         save_memory(loc, cat, learning="x", query={"source_model": "nope", "measures": ["count(*)"]})
 
@@ -336,35 +400,88 @@ def test_query_errors_name_the_reference(store):
 SAME_AS_SLAYER = [
     {"source_model": "orders", "measures": ["sum(subtotal)"], "dimensions": ["status", "stores.name"]},
     {"source_model": "orders", "dimensions": ["month(ordered_at)"]},
-    {"source_model": "orders", "dimensions": ["MONTH(ordered_at)", "status"],
-     "time_dimensions": [{"dimension": "ordered_at", "granularity": "year"}]},
-    {"source_model": "orders", "time_dimensions": [{"dimension": "ordered_at", "granularity": "MONTH",
-                                                    "date_range": "2024"}]},
-    {"source_model": "orders", "time_dimensions": [{"column": "orders.ordered_at", "granularity": "month",
-                                                    "date_range": ["2024-01-01", None]}]},
-    {"source_model": "orders", "time_dimensions": [{"dimension": "ordered_at", "granularity": "week",
-                                                    "date_range": ["2024-W05", "2024-Q3"], "label": "wk"}]},
-    {"source_model": "orders", "time_dimensions": [
-        {"dimension": "ordered_at", "granularity": "day", "date_range": ["last 7 days"]},
-        {"dimension": "ordered_at", "granularity": "hour", "date_range": "2024-01-01 10:00"}]},
+    {
+        "source_model": "orders",
+        "dimensions": ["MONTH(ordered_at)", "status"],
+        "time_dimensions": [{"dimension": "ordered_at", "granularity": "year"}],
+    },
+    {
+        "source_model": "orders",
+        "time_dimensions": [{"dimension": "ordered_at", "granularity": "MONTH", "date_range": "2024"}],
+    },
+    {
+        "source_model": "orders",
+        "time_dimensions": [
+            {"column": "orders.ordered_at", "granularity": "month", "date_range": ["2024-01-01", None]}
+        ],
+    },
+    {
+        "source_model": "orders",
+        "time_dimensions": [
+            {
+                "dimension": "ordered_at",
+                "granularity": "week",
+                "date_range": ["2024-W05", "2024-Q3"],
+                "label": "wk",
+            }
+        ],
+    },
+    {
+        "source_model": "orders",
+        "time_dimensions": [
+            {"dimension": "ordered_at", "granularity": "day", "date_range": ["last 7 days"]},
+            {"dimension": "ordered_at", "granularity": "hour", "date_range": "2024-01-01 10:00"},
+        ],
+    },
     {"source_model": "orders", "time_dimensions": ["fiscal_q(ordered_at)"]},
     {"source_model": "orders", "time_dimensions": [{"dimension": "ordered_at", "granularity": "Fiscal"}]},
-    {"source_model": "orders", "time_dimensions": [{"dimension": "ordered_at", "granularity": "month"},
-                                                   {"dimension": "orders.ordered_at", "granularity": "month"}]},
-    {"source_model": "orders", "measures": ["count(*)"], "order": [{"column": "sum(subtotal)", "direction": "DESC"}]},
-    {"source_model": "orders", "measures": [{"formula": "sum(subtotal)", "name": "rev"}],
-     "order": [{"rev": "desc", "status": "asc"}]},
+    {
+        "source_model": "orders",
+        "time_dimensions": [
+            {"dimension": "ordered_at", "granularity": "month"},
+            {"dimension": "orders.ordered_at", "granularity": "month"},
+        ],
+    },
+    {
+        "source_model": "orders",
+        "measures": ["count(*)"],
+        "order": [{"column": "sum(subtotal)", "direction": "DESC"}],
+    },
+    {
+        "source_model": "orders",
+        "measures": [{"formula": "sum(subtotal)", "name": "rev"}],
+        "order": [{"rev": "desc", "status": "asc"}],
+    },
     {"source_model": "orders", "order": {"column": "status"}},
     {"source_model": "orders", "order": [{"column": "subtotal:sum", "direction": "ascending"}]},
     {"source_model": "orders", "order": [{"column": "*:count"}]},
     {"source_model": "orders", "order": [{"column": "stores.name", "direction": " Desc "}]},
     {"source_model": "orders", "order": [{"column": "subtotal + sum(tax_paid)"}]},
     {"source_model": "orders", "order": [{"column": {"name": "sum(subtotal)"}}]},
-    {"source_model": "orders", "order": [{"column": {"name": "name", "model": "stores"}, "direction": "desc"}]},
-    {"source_model": "orders", "measures": ["count(*)"], "limit": 5, "offset": 2, "whole_periods_only": True,
-     "to_many_handling": "associate"},
-    {"source_model": "orders", "measures": [{"formula": "sum(subtotal)", "type": "DOUBLE", "label": "Net",
-                                             "description": "d", "meta": {"b": [1, 2.5, None], "a": "x"}}]},
+    {
+        "source_model": "orders",
+        "order": [{"column": {"name": "name", "model": "stores"}, "direction": "desc"}],
+    },
+    {
+        "source_model": "orders",
+        "measures": ["count(*)"],
+        "limit": 5,
+        "offset": 2,
+        "whole_periods_only": True,
+        "to_many_handling": "associate",
+    },
+    {
+        "source_model": "orders",
+        "measures": [
+            {
+                "formula": "sum(subtotal)",
+                "type": "DOUBLE",
+                "label": "Net",
+                "description": "d",
+                "meta": {"b": [1, 2.5, None], "a": "x"},
+            }
+        ],
+    },
     {"source_model": "orders", "dimensions": [{"name": "stores.name", "label": "Store"}]},
     {"source_model": "orders", "dimensions": [{"expression": "subtotal * 2"}]},
     {"source_model": "orders", "dimensions": [{"expression": "subtotal * 2", "name": "double_sub"}]},
@@ -376,8 +493,12 @@ SAME_AS_SLAYER = [
     {"source_model": "orders", "fields": ["sum(subtotal)"]},
     {"source_model": "orders", "measures": ["sum(subtotal)"], "dry_run": True},
     {"source_model": "orders", "measures": [{"formula": "sum(subtotal)", "extra_key": 1}]},
-    {"source_model": "orders", "dimensions": ["customers.city"], "measures": ["count_distinct(customer_id)"],
-     "filters": ["status = 'completed' and subtotal > 10"]},
+    {
+        "source_model": "orders",
+        "dimensions": ["customers.city"],
+        "measures": ["count_distinct(customer_id)"],
+        "filters": ["status = 'completed' and subtotal > 10"],
+    },
 ]
 
 # SLayer refuses these too.
@@ -390,16 +511,31 @@ REFUSED_BY_BOTH = [
     {"source_model": "orders", "measures": ["sum(x) OVER (partition by y)"]},
     {"source_model": "orders", "dimensions": ["month(ordered_at, 2)"]},
     {"source_model": "orders", "time_dimensions": ["ordered_at"]},
-    {"source_model": "orders", "time_dimensions": [{"dimension": "ordered_at", "granularity": "month",
-                                                    "date_range": "soon"}]},
-    {"source_model": "orders", "time_dimensions": [{"dimension": "ordered_at", "granularity": "month",
-                                                    "date_range": [None, None]}]},
-    {"source_model": "orders", "time_dimensions": [{"dimension": "ordered_at", "granularity": "month",
-                                                    "date_range": "2024-13"}]},
-    {"source_model": "orders", "time_dimensions": [{"dimension": "ordered_at", "granularity": "month"},
-                                                   {"dimension": "ordered_at", "granularity": "month", "label": "x"}]},
-    {"source_model": "orders", "measures": ["sum(subtotal)"], "distinct_dimension_values": False,
-     "dimensions": ["status"]},
+    {
+        "source_model": "orders",
+        "time_dimensions": [{"dimension": "ordered_at", "granularity": "month", "date_range": "soon"}],
+    },
+    {
+        "source_model": "orders",
+        "time_dimensions": [{"dimension": "ordered_at", "granularity": "month", "date_range": [None, None]}],
+    },
+    {
+        "source_model": "orders",
+        "time_dimensions": [{"dimension": "ordered_at", "granularity": "month", "date_range": "2024-13"}],
+    },
+    {
+        "source_model": "orders",
+        "time_dimensions": [
+            {"dimension": "ordered_at", "granularity": "month"},
+            {"dimension": "ordered_at", "granularity": "month", "label": "x"},
+        ],
+    },
+    {
+        "source_model": "orders",
+        "measures": ["sum(subtotal)"],
+        "distinct_dimension_values": False,
+        "dimensions": ["status"],
+    },
     {"source_model": "orders", "distinct_dimension_values": False},
     {"source_model": "orders", "measures": [{"formula": "sum(subtotal)", "name": "bad name"}]},
     {"source_model": "orders", "measures": [{"formula": "sum(subtotal)", "type": "double"}]},
@@ -419,8 +555,10 @@ REFUSED_BY_US = [
     {"source_model": {"name": "inline", "data_source": "jaffle", "sql_table": "t", "columns": []}},
     {"source_model": "orders", "version": 5},
     {"source_model": "orders", "limit": "5"},
-    {"source_model": "orders", "time_dimensions": [{"dimension": "ordered_at", "granularity": "month",
-                                                    "date_range": "{start}"}]},
+    {
+        "source_model": "orders",
+        "time_dimensions": [{"dimension": "ordered_at", "granularity": "month", "date_range": "{start}"}],
+    },
     {"source_model": "orders", "variables": {"x": math.nan}},
     {"source_model": "orders", "variables": {"x": object()}},
 ]
@@ -444,9 +582,12 @@ def test_normal_form_is_idempotent_on_slayer_written_queries(yaml_catalog):
 
 
 def test_dropped_keys_are_reported():
-    stored, warnings = normalize_query({"source_model": "orders", "measures": [{"formula": "count(*)", "lable": "x"}]})
-    assert stored["measures"] == [{"formula": "count(*)", "name": None, "label": None, "description": None,
-                                   "type": None, "meta": None}]
+    stored, warnings = normalize_query(
+        {"source_model": "orders", "measures": [{"formula": "count(*)", "lable": "x"}]}
+    )
+    assert stored["measures"] == [
+        {"formula": "count(*)", "name": None, "label": None, "description": None, "type": None, "meta": None}
+    ]
     assert warnings == ("query.measures[0]: unknown key 'lable' ignored (SLayer drops it)",)
 
 
@@ -454,9 +595,9 @@ def test_dropped_keys_are_reported():
 def test_query_normal_form_matches_slayer():
     cases = SAME_AS_SLAYER + REFUSED_BY_BOTH
     answers = oracle.ask([{"op": "normalize", "query": _json_safe(q)} for q in cases])
-    for query, answer in zip(SAME_AS_SLAYER, answers[:len(SAME_AS_SLAYER)], strict=True):
+    for query, answer in zip(SAME_AS_SLAYER, answers[: len(SAME_AS_SLAYER)], strict=True):
         assert normalize_query(query)[0] == oracle.ok(answer), query
-    for query, answer in zip(REFUSED_BY_BOTH, answers[len(SAME_AS_SLAYER):], strict=True):
+    for query, answer in zip(REFUSED_BY_BOTH, answers[len(SAME_AS_SLAYER) :], strict=True):
         assert "error" in answer, f"SLayer accepts {query}: refusing it is no longer needed"
 
 
@@ -474,19 +615,25 @@ STAMPS = [
 
 def test_created_at_format():
     assert [format_created_at(d) for d in STAMPS[:3]] == [
-        "2024-01-01T00:00:00Z", "2024-01-01T00:00:00.000005Z", "2024-02-29T23:59:59.999999Z"]
+        "2024-01-01T00:00:00Z",
+        "2024-01-01T00:00:00.000005Z",
+        "2024-02-29T23:59:59.999999Z",
+    ]
 
 
-@pytest.mark.parametrize("stored, kept", [
-    ("'2026-11-30T04:23:22.070024Z'", "2026-11-30T04:23:22.070024Z"),
-    ("'2026-11-30T04:23:22+00:00'", "2026-11-30T04:23:22Z"),
-    ("'2026-11-30 04:23:22.1'", "2026-11-30T04:23:22.100000"),
-    ("'2026-11-30T04:23:22.0700249Z'", "2026-11-30T04:23:22.070024Z"),  # pydantic truncates
-    ("'2026-11-30'", "2026-11-30T00:00:00"),
-    ("2026-11-30", "2026-11-30T00:00:00"),  # unquoted: a YAML date
-    ("2026-11-30T04:23:22.5Z", "2026-11-30T04:23:22.500000Z"),  # unquoted: a YAML timestamp
-    ("2026-11-30T04:23:22.5+05:30", "2026-11-30T04:23:22.500000+05:30"),
-])
+@pytest.mark.parametrize(
+    "stored, kept",
+    [
+        ("'2026-11-30T04:23:22.070024Z'", "2026-11-30T04:23:22.070024Z"),
+        ("'2026-11-30T04:23:22+00:00'", "2026-11-30T04:23:22Z"),
+        ("'2026-11-30 04:23:22.1'", "2026-11-30T04:23:22.100000"),
+        ("'2026-11-30T04:23:22.0700249Z'", "2026-11-30T04:23:22.070024Z"),  # pydantic truncates
+        ("'2026-11-30'", "2026-11-30T00:00:00"),
+        ("2026-11-30", "2026-11-30T00:00:00"),  # unquoted: a YAML date
+        ("2026-11-30T04:23:22.5Z", "2026-11-30T04:23:22.500000Z"),  # unquoted: a YAML timestamp
+        ("2026-11-30T04:23:22.5+05:30", "2026-11-30T04:23:22.500000+05:30"),
+    ],
+)
 def test_upsert_reformats_a_stored_created_at_like_slayer(yaml_store, stored, kept):
     loc, cat = yaml_store
     path = loc.path / "memories" / "1.md"
@@ -652,19 +799,46 @@ def test_sqlite_disk_full_rolls_back(tmp_path, monkeypatch):
 
 COMPAT_INPUTS = [
     dict(id="c1", learning="amount is in cents", entities=["orders.subtotal", "stores"]),
-    dict(id="c2", learning="Ünïcödé — “quotes”, emoji 🎉\n\nsecond paragraph\n", entities=["customers.city"],
-         description="Ünïcödé: preview # with 'quotes'"),
+    dict(
+        id="c2",
+        learning="Ünïcödé — “quotes”, emoji 🎉\n\nsecond paragraph\n",
+        entities=["customers.city"],
+        description="Ünïcödé: preview # with 'quotes'",
+    ),
     dict(id="c3", learning="---\nnot front matter\n---\n", entities=["memory:kb.revenue", "jaffle"]),
-    dict(id="c4", learning="top products", description="yes", query={
-        "source_model": "order_items", "measures": [{"formula": "sum(quantity)", "name": "units"}],
-        "dimensions": ["products.name"], "order": [{"units": "desc"}], "limit": 10}),
-    dict(id="c5", learning="monthly", query={
-        "source_model": "orders", "dimensions": ["month(ordered_at)", "stores.name"],
-        "measures": ["sum(subtotal)", "count(*)"], "filters": ["status = 'completed'"],
-        "time_dimensions": [{"dimension": "ordered_at", "granularity": "year", "date_range": ["2024", "2025"]}],
-        "order": [{"column": "sum(subtotal)", "direction": "desc"}], "variables": {"s": "completed"}}),
-    dict(id="c6", learning="x: 1\ny: [2]", entities=["supplies.supplies.cost", "order_items.products.name"],
-         description="  leading and trailing  "),
+    dict(
+        id="c4",
+        learning="top products",
+        description="yes",
+        query={
+            "source_model": "order_items",
+            "measures": [{"formula": "sum(quantity)", "name": "units"}],
+            "dimensions": ["products.name"],
+            "order": [{"units": "desc"}],
+            "limit": 10,
+        },
+    ),
+    dict(
+        id="c5",
+        learning="monthly",
+        query={
+            "source_model": "orders",
+            "dimensions": ["month(ordered_at)", "stores.name"],
+            "measures": ["sum(subtotal)", "count(*)"],
+            "filters": ["status = 'completed'"],
+            "time_dimensions": [
+                {"dimension": "ordered_at", "granularity": "year", "date_range": ["2024", "2025"]}
+            ],
+            "order": [{"column": "sum(subtotal)", "direction": "desc"}],
+            "variables": {"s": "completed"},
+        },
+    ),
+    dict(
+        id="c6",
+        learning="x: 1\ny: [2]",
+        entities=["supplies.supplies.cost", "order_items.products.name"],
+        description="  leading and trailing  ",
+    ),
     dict(id="yes", learning="null", entities=["orders"], description="null"),
     dict(id="0123", learning="'quoted' \"both\" \\ backslash", entities=["products"]),
 ]
@@ -686,39 +860,75 @@ def test_slayer_loads_and_writes_the_same_memories(tmp_path, backend):
     service = _copy_store(backend, tmp_path / "service")
     cat = load_catalog(ours.path)
     saved = _save_all(ours, cat)
-    upsert = save_memory(ours, cat, id="c1", learning="amount is in cents (upserted)", entities=["orders.subtotal"])
+    upsert = save_memory(
+        ours, cat, id="c1", learning="amount is in cents (upserted)", entities=["orders.subtotal"]
+    )
     assert upsert.created_at == saved["c1"].created_at
     saved["c1"] = upsert
-    specs = {s["id"]: s | ({"learning": "amount is in cents (upserted)", "entities": ["orders.subtotal"]}
-                           if s["id"] == "c1" else {}) for s in COMPAT_INPUTS}
+    specs = {
+        s["id"]: s
+        | (
+            {"learning": "amount is in cents (upserted)", "entities": ["orders.subtotal"]}
+            if s["id"] == "c1"
+            else {}
+        )
+        for s in COMPAT_INPUTS
+    }
 
     ops = [{"op": "load", "store": str(ours.path)}]
     # SLayer writes the same memories itself (same id and created_at, query from the raw input)
-    ops += [{"op": "write_row", "store": str(theirs.path), "memory": {
-        "id": mid, "learning": spec["learning"], "description": spec.get("description"),
-        "entities": list(saved[mid].entities), "query": spec.get("query"), "created_at": saved[mid].created_at}}
-        for mid, spec in specs.items()]
+    ops += [
+        {
+            "op": "write_row",
+            "store": str(theirs.path),
+            "memory": {
+                "id": mid,
+                "learning": spec["learning"],
+                "description": spec.get("description"),
+                "entities": list(saved[mid].entities),
+                "query": spec.get("query"),
+                "created_at": saved[mid].created_at,
+            },
+        }
+        for mid, spec in specs.items()
+    ]
     # and resolves the same references through its own service
-    ops += [{"op": "service_save", "store": str(service.path), "learning": spec["learning"],
-             "entities": spec.get("entities"), "query": spec.get("query"), "id": mid,
-             "description": spec.get("description")} for mid, spec in specs.items()]
+    ops += [
+        {
+            "op": "service_save",
+            "store": str(service.path),
+            "learning": spec["learning"],
+            "entities": spec.get("entities"),
+            "query": spec.get("query"),
+            "id": mid,
+            "description": spec.get("description"),
+        }
+        for mid, spec in specs.items()
+    ]
     answers = oracle.ask(ops)
 
     loaded = oracle.ok(answers[0])
     assert loaded["errors"] == []
     for mid, result in saved.items():
         doc = stored_doc(ours, mid)
-        expected = writer._document(mid, doc["learning"], doc.get("description"), list(result.entities),
-                                    doc.get("query"), result.created_at)
+        expected = writer._document(
+            mid,
+            doc["learning"],
+            doc.get("description"),
+            list(result.entities),
+            doc.get("query"),
+            result.created_at,
+        )
         assert loaded["memories"][mid] == expected, mid
         assert loaded["memories"][mid]["learning"] == specs[mid]["learning"]
-    for mid, answer in zip(specs, answers[1:1 + len(specs)], strict=True):
+    for mid, answer in zip(specs, answers[1 : 1 + len(specs)], strict=True):
         oracle.ok(answer)
         assert stored_text(theirs, mid) == stored_text(ours, mid), mid
         if backend == "yaml":
             assert (theirs.path / "memories" / f"{mid}.md").read_bytes() == (
-                ours.path / "memories" / f"{mid}.md").read_bytes()
-    for mid, answer in zip(specs, answers[1 + len(specs):], strict=True):
+                ours.path / "memories" / f"{mid}.md"
+            ).read_bytes()
+    for mid, answer in zip(specs, answers[1 + len(specs) :], strict=True):
         response = oracle.ok(answer)
         assert response["memory_id"] == mid
         assert tuple(response["resolved_entities"]) == saved[mid].entities, mid
@@ -735,12 +945,21 @@ entities: [memory:1, jaffle.orders]
 query: {source_model: orders, measures: ["count(*)"], dimensions: [stores.name]}
 ---
 hand written"""
-HAND_WRITTEN_ROW = {"id": "hand", "version": 4, "learning": "hand written", "entities": ["memory:1", "jaffle.orders"],
-                    "created_at": "2026-01-02T03:04:05+00:00",
-                    "query": {"source_model": "orders", "measures": ["count(*)"], "dimensions": ["stores.name"]}}
+HAND_WRITTEN_ROW = {
+    "id": "hand",
+    "version": 4,
+    "learning": "hand written",
+    "entities": ["memory:1", "jaffle.orders"],
+    "created_at": "2026-01-02T03:04:05+00:00",
+    "query": {"source_model": "orders", "measures": ["count(*)"], "dimensions": ["stores.name"]},
+}
 LEGACY_MD = "---\ncreated_at: '2026-01-02T03:04:05Z'\nentities:\n- memory:1\n---\nno version: v1"
-LEGACY_ROW = {"id": "legacy", "learning": "no version: v1", "entities": ["memory:1"],
-              "created_at": "2026-01-02T03:04:05Z"}
+LEGACY_ROW = {
+    "id": "legacy",
+    "learning": "no version: v1",
+    "entities": ["memory:1"],
+    "created_at": "2026-01-02T03:04:05Z",
+}
 
 
 def _plant(loc: StoreLocation, memory_id: str, markdown: str, row: dict) -> None:
@@ -750,7 +969,9 @@ def _plant(loc: StoreLocation, memory_id: str, markdown: str, row: dict) -> None
         return
     with sqlite3.connect(loc.path) as conn:
         conn.execute("INSERT INTO memories (id, data) VALUES (?, ?)", (memory_id, json.dumps(row)))
-        conn.executemany("INSERT INTO memory_entities VALUES (?, ?)", [(memory_id, e) for e in row["entities"]])
+        conn.executemany(
+            "INSERT INTO memory_entities VALUES (?, ?)", [(memory_id, e) for e in row["entities"]]
+        )
 
 
 @pytest.mark.slow
@@ -766,13 +987,19 @@ def test_forget_matches_slayer(tmp_path, backend):
     else:
         with sqlite3.connect(theirs.path) as conn:
             conn.execute("INSERT INTO memories (id, data) VALUES ('link1', ?)", (stored_text(ours, "link1"),))
-            conn.executemany("INSERT INTO memory_entities VALUES ('link1', ?)", [("memory:1",), ("jaffle.orders",)])
+            conn.executemany(
+                "INSERT INTO memory_entities VALUES ('link1', ?)", [("memory:1",), ("jaffle.orders",)]
+            )
     for loc in (ours, theirs):  # a current memory in a non-canonical layout, and a version-less one
         _plant(loc, "hand", HAND_WRITTEN_MD, HAND_WRITTEN_ROW)
         _plant(loc, "legacy", LEGACY_MD, LEGACY_ROW)
     assert forget_memory(ours, None, "1")
-    answers = oracle.ask([{"op": "service_forget", "store": str(theirs.path), "id": "1"},
-                          {"op": "load", "store": str(ours.path)}])
+    answers = oracle.ask(
+        [
+            {"op": "service_forget", "store": str(theirs.path), "id": "1"},
+            {"op": "load", "store": str(ours.path)},
+        ]
+    )
     oracle.ok(answers[0])
     assert memory_ids(ours) == memory_ids(theirs)
     for mid in memory_ids(ours) - {"legacy"}:  # SLayer migrates the v1 document as it rewrites it; we do not
@@ -786,7 +1013,7 @@ def test_forget_matches_slayer(tmp_path, backend):
 
 # ------------------------------------------------------------------------------------ concurrency
 
-OUR_WORKER = r'''
+OUR_WORKER = r"""
 import json, random, sys, time
 from pathlib import Path
 from slayer_lsp.catalog import load_catalog
@@ -812,9 +1039,9 @@ for i in range(count):
         save_memory(location, catalog, id="kb.shared", learning=f"{tag} shared {i}", entities=["stores"])
     time.sleep(rnd.uniform(0, 0.12))
 print(json.dumps(saved))
-'''
+"""
 
-SLAYER_WORKER = r'''
+SLAYER_WORKER = r"""
 import contextlib, io, json, re, sys, time
 from pathlib import Path
 from slayer.cli import main
@@ -847,7 +1074,7 @@ for i in range(count):
     if i % 6 == 0:
         cli("--learning", f"{tag} shared {i}", "--entities", "stores", "--id", "kb.shared")
 print(json.dumps(saved))
-'''
+"""
 
 
 @pytest.mark.slow
@@ -860,17 +1087,40 @@ def test_concurrent_writers_never_lose_or_duplicate(tmp_path, backend):
     gate.mkdir()
     per_worker = 24
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    workers = [subprocess.Popen([sys.executable, "-c", OUR_WORKER, str(loc.path), f"ours{k}", str(per_worker),
-                                 str(gate)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-               for k in range(3)]
-    workers.append(subprocess.Popen([oracle.slayer_python(), "-c", SLAYER_WORKER, str(loc.path), "slayer",
-                                     str(per_worker), str(gate)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, env=oracle.slayer_env(tmp_path)))
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", OUR_WORKER, str(loc.path), f"ours{k}", str(per_worker), str(gate)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for k in range(3)
+    ]
+    workers.append(
+        subprocess.Popen(
+            [
+                oracle.slayer_python(),
+                "-c",
+                SLAYER_WORKER,
+                str(loc.path),
+                "slayer",
+                str(per_worker),
+                str(gate),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=oracle.slayer_env(tmp_path),
+        )
+    )
     try:
         deadline = time.monotonic() + 120
         while len(list(gate.glob("ready-*"))) < len(workers):
             assert time.monotonic() < deadline, "workers did not start"
-            assert all(w.poll() is None for w in workers), [w.communicate() for w in workers if w.poll() is not None]
+            assert all(w.poll() is None for w in workers), [
+                w.communicate() for w in workers if w.poll() is not None
+            ]
             time.sleep(0.05)
         (gate / "go").touch()
         results = [w.communicate(timeout=180) for w in workers]

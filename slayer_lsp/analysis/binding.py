@@ -45,8 +45,9 @@ class Binding:
 
     @property
     def ambiguous(self) -> bool:
-        return self.error_type in ("AmbiguousModelError", "AmbiguousJoinPathError") or \
-            (self.error or "").startswith("Ambiguous")
+        return self.error_type in ("AmbiguousModelError", "AmbiguousJoinPathError") or (
+            self.error or ""
+        ).startswith("Ambiguous")
 
 
 @dataclass
@@ -58,7 +59,9 @@ class StageInfo:
     source_error: str | None = None
     source_error_type: str | None = None
     shape_problems: list[QueryShapeError] = field(default_factory=list)
-    tokens: Counter[tuple[str, int | None, str]] = field(default_factory=Counter)  # (field, index, text) SLayer resolves
+    tokens: Counter[tuple[str, int | None, str]] = field(
+        default_factory=Counter
+    )  # (field, index, text) SLayer resolves
     unmatched: list[QueryRef] = field(default_factory=list)  # the references the document scan missed
 
 
@@ -68,8 +71,9 @@ class DocBindings:
     stages: list[StageInfo]
 
 
-def resolve(raw: str, catalog: Catalog, source_model: ModelContext | None = None) -> tuple[
-        str | None, tuple[str, ...], str | None, str | None]:
+def resolve(
+    raw: str, catalog: Catalog, source_model: ModelContext | None = None
+) -> tuple[str | None, tuple[str, ...], str | None, str | None]:
     """(canonical, warnings, error, error_type) from the resolver; never raises."""
     from slayer_lsp.query.resolver import resolve_entity
 
@@ -125,8 +129,9 @@ def _stage(doc: dm.ParsedDocument, ref: dm.Reference) -> dm.Stage | None:
     return doc.stages[ref.stage] if ref.stage is not None and ref.stage < len(doc.stages) else None
 
 
-def bind_ref(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog,
-             infos: dict[int, StageInfo] | None = None) -> Binding:
+def bind_ref(
+    doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog, infos: dict[int, StageInfo] | None = None
+) -> Binding:
     infos = infos if infos is not None else {}
     role = ref.role
     if role in (dm.DEFINITION, dm.JOIN_TARGET, dm.JOIN_KEY) or (role == dm.FUNCTION and ref.canonical):
@@ -160,8 +165,9 @@ def bind_ref(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog,
         if stage.inline_source:
             return Binding(ref, skipped=True, note="a field of the query's inline model", checked=False)
         if stage.earlier_stage:
-            return Binding(ref, skipped=True, note=f"a column of the earlier stage '{stage.source_model}'",
-                           checked=False)
+            return Binding(
+                ref, skipped=True, note=f"a column of the earlier stage '{stage.source_model}'", checked=False
+            )
         if ref.text in stage.local_names:
             return Binding(ref, skipped=True, note="a name this query defines", checked=False)
     if info is not None and info.source_error is not None:
@@ -203,8 +209,14 @@ def _bind_tag(ref: dm.Reference, catalog: Catalog) -> Binding:
         return Binding(ref, ref.text)
     canonical, warnings, error, etype = resolve(ref.text, catalog)
     if error is None and canonical is not None:
-        return Binding(ref, None, warnings, f"'{ref.text}' is not a canonical id; it resolves to {canonical}",
-                       "NotCanonical", note=canonical)
+        return Binding(
+            ref,
+            None,
+            warnings,
+            f"'{ref.text}' is not a canonical id; it resolves to {canonical}",
+            "NotCanonical",
+            note=canonical,
+        )
     return Binding(ref, None, warnings, error, etype)
 
 
@@ -223,8 +235,9 @@ def bind_document(doc: dm.ParsedDocument, catalog: Catalog) -> DocBindings:
         infos[st.index] = stage_info(st, catalog)
     bindings = [bind_ref(doc, r, catalog, infos) for r in doc.refs]
     # tokens SLayer resolves that the document scan did not find as a reference of that entry
-    found = Counter((b.ref.stage, b.ref.field, b.ref.index, b.ref.text) for b in bindings
-                    if b.ref.stage is not None)
+    found = Counter(
+        (b.ref.stage, b.ref.field, b.ref.index, b.ref.text) for b in bindings if b.ref.stage is not None
+    )
     for si, info in infos.items():
         rest = []
         for r in info.unmatched:

@@ -30,8 +30,16 @@ from slayer_lsp.store import documents as d
 MAX_ITEMS = 500  # beyond this the list is cut to matches of the typed text and marked incomplete
 
 # sort groups: the source model's own fields first, in declared order, then the ways out of it
-_GROUP = {"column": "1", "measure": "2", "aggregation": "3", "join": "4", "model": "5", "datasource": "6",
-          "memory": "7", "field": "8"}
+_GROUP = {
+    "column": "1",
+    "measure": "2",
+    "aggregation": "3",
+    "join": "4",
+    "model": "5",
+    "datasource": "6",
+    "memory": "7",
+    "field": "8",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +102,11 @@ class CompletionIndex:
             return False
         if self.only.datasources and (model.data_source or "") not in self.only.datasources:
             return False
-        if self.only.access_tags and model.access_tags and not set(model.access_tags) & set(self.only.access_tags):
+        if (
+            self.only.access_tags
+            and model.access_tags
+            and not set(model.access_tags) & set(self.only.access_tags)
+        ):
             return False
         return True
 
@@ -128,8 +140,10 @@ class CompletionIndex:
     def _leaf_item(self, kind: str, obj: object, canonical: str, i: int) -> CompletionItemData:
         name = name_of(canonical)
         if isinstance(obj, d.Column):
-            detail = _detail(obj.type + (" · primary key" if obj.primary_key else ""),
-                             first_line(obj.description) or obj.label)
+            detail = _detail(
+                obj.type + (" · primary key" if obj.primary_key else ""),
+                first_line(obj.description) or obj.label,
+            )
         elif isinstance(obj, d.Measure):
             detail = _detail(f"measure = {obj.formula}", first_line(obj.description) or obj.label)
         elif isinstance(obj, d.Aggregation):
@@ -141,8 +155,9 @@ class CompletionIndex:
     def _model_item(self, model: d.Model, i: int, bare: bool, label: str | None = None) -> CompletionItemData:
         mid = f"{model.data_source}.{model.name}"
         name = label or model.name
-        return CompletionItemData(name, "model", _detail(mid, first_line(model.description)),
-                                  f"{_GROUP['model']}{i:06d}", name, mid)
+        return CompletionItemData(
+            name, "model", _detail(mid, first_line(model.description)), f"{_GROUP['model']}{i:06d}", name, mid
+        )
 
     def joins(self, model_id: str) -> tuple[CompletionItemData, ...]:
         """The hops a dotted path may take from a model: its declared joins (by join name, else by
@@ -169,19 +184,35 @@ class CompletionIndex:
                     if token in seen:
                         continue
                     seen.add(token)
-                    pairs = ", ".join(f"{p[0]} = {j.target_model}.{p[1]}" for p in j.join_pairs if len(p) >= 2)
-                    items.append(CompletionItemData(
-                        token, "join", _detail(f"join → {ds}.{j.target_model}", pairs),
-                        f"{_GROUP['join']}{i:06d}", token, f"{ds}.{j.target_model}"))
+                    pairs = ", ".join(
+                        f"{p[0]} = {j.target_model}.{p[1]}" for p in j.join_pairs if len(p) >= 2
+                    )
+                    items.append(
+                        CompletionItemData(
+                            token,
+                            "join",
+                            _detail(f"join → {ds}.{j.target_model}", pairs),
+                            f"{_GROUP['join']}{i:06d}",
+                            token,
+                            f"{ds}.{j.target_model}",
+                        )
+                    )
             for k, (declaring, j) in enumerate(self._reverse_joins().get(model_id, [])):
                 other = cat.models.get(declaring)
                 if not self.visible_model(other) or other is None or other.name in seen:
                     continue
                 seen.add(other.name)
                 pairs = ", ".join(f"{p[1]} = {other.name}.{p[0]}" for p in j.join_pairs if len(p) >= 2)
-                items.append(CompletionItemData(
-                    other.name, "join", _detail(f"join ← {declaring}", pairs),
-                    f"{_GROUP['join']}{500 + k:06d}", other.name, declaring))
+                items.append(
+                    CompletionItemData(
+                        other.name,
+                        "join",
+                        _detail(f"join ← {declaring}", pairs),
+                        f"{_GROUP['join']}{500 + k:06d}",
+                        other.name,
+                        declaring,
+                    )
+                )
         out = tuple(items)
         self._joins[model_id] = out
         return out
@@ -201,14 +232,25 @@ class CompletionIndex:
             cat = self.catalog
             items = []
             for i, name in enumerate(sorted(cat.models_by_name)):
-                dss = [ds for ds in cat.models_by_name[name] if self.visible_model(cat.models.get(f"{ds}.{name}"))]
+                dss = [
+                    ds
+                    for ds in cat.models_by_name[name]
+                    if self.visible_model(cat.models.get(f"{ds}.{name}"))
+                ]
                 if not dss:
                     continue
                 model = cat.models[f"{dss[0]}.{name}"]
                 where = f"{dss[0]}.{name}" if len(dss) == 1 else "in " + ", ".join(dss)
-                items.append(CompletionItemData(name, "model", _detail(where, first_line(model.description)),
-                                                f"{_GROUP['model']}{i:06d}", name,
-                                                f"{dss[0]}.{name}" if len(dss) == 1 else None))
+                items.append(
+                    CompletionItemData(
+                        name,
+                        "model",
+                        _detail(where, first_line(model.description)),
+                        f"{_GROUP['model']}{i:06d}",
+                        name,
+                        f"{dss[0]}.{name}" if len(dss) == 1 else None,
+                    )
+                )
             self._models = tuple(items)
         return self._models
 
@@ -218,8 +260,16 @@ class CompletionIndex:
             for i, (name, ds) in enumerate(self.catalog.datasources.items()):
                 if self.only.datasources and name not in self.only.datasources:
                     continue
-                items.append(CompletionItemData(name, "datasource", _detail(ds.type, first_line(ds.description)),
-                                                f"{_GROUP['datasource']}{i:06d}", name, name))
+                items.append(
+                    CompletionItemData(
+                        name,
+                        "datasource",
+                        _detail(ds.type, first_line(ds.description)),
+                        f"{_GROUP['datasource']}{i:06d}",
+                        name,
+                        name,
+                    )
+                )
             self._datasources = tuple(items)
         return self._datasources
 
@@ -230,8 +280,16 @@ class CompletionIndex:
                 mem = self.catalog.memory(mid)
                 if mem is None:
                     continue
-                items.append(CompletionItemData(mid, "memory", first_line(mem.description or mem.learning),
-                                                f"{_GROUP['memory']}{i:06d}", mid, memory_ref(mid)))
+                items.append(
+                    CompletionItemData(
+                        mid,
+                        "memory",
+                        first_line(mem.description or mem.learning),
+                        f"{_GROUP['memory']}{i:06d}",
+                        mid,
+                        memory_ref(mid),
+                    )
+                )
             self._memories = tuple(items)
         return self._memories
 
@@ -267,8 +325,9 @@ def _finish(items: Iterable[CompletionItemData], typed: str, replace: dm.Span) -
     incomplete = False
     if len(out) > MAX_ITEMS:
         low = typed.lower()
-        out = [it for it in out if it.label.lower().startswith(low)] or \
-              [it for it in out if low in it.label.lower()]
+        out = [it for it in out if it.label.lower().startswith(low)] or [
+            it for it in out if low in it.label.lower()
+        ]
         incomplete = True
         out = out[:MAX_ITEMS]
     return CompletionResult(out, replace, incomplete)
@@ -277,13 +336,14 @@ def _finish(items: Iterable[CompletionItemData], typed: str, replace: dm.Span) -
 def _split(prefix: str, ctx: dm.CursorContext, sep: str = ".") -> tuple[str, str, dm.Span]:
     """(parent path, typed segment, span of the typed segment)."""
     cut = prefix.rfind(sep)
-    parent, seg = (prefix[:cut], prefix[cut + 1:]) if cut >= 0 else ("", prefix)
+    parent, seg = (prefix[:cut], prefix[cut + 1 :]) if cut >= 0 else ("", prefix)
     end = ctx.start.end
     return parent, seg, dm.Span(ctx.start.line, end - len(seg), end)
 
 
-def complete(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
-             only: CompletionFilter = CompletionFilter()) -> CompletionResult | None:
+def complete(
+    doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog, only: CompletionFilter = CompletionFilter()
+) -> CompletionResult | None:
     """Completion items at a position (code points), or None when the cursor is on no reference."""
     ctx = dm.context_at(doc, line, col)
     if ctx is None:
@@ -294,8 +354,11 @@ def complete(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
         stage = doc.stages[ctx.stage] if ctx.stage is not None and ctx.stage < len(doc.stages) else None
         if stage is not None and isinstance(stage.query, dict):
             present = set(stage.query)
-        items = [CompletionItemData(f, "field", "SlayerQuery field", f"{_GROUP['field']}{i:06d}", f)
-                 for i, f in enumerate(dm.QUERY_FIELDS) if f not in present or f == ctx.prefix]
+        items = [
+            CompletionItemData(f, "field", "SlayerQuery field", f"{_GROUP['field']}{i:06d}", f)
+            for i, f in enumerate(dm.QUERY_FIELDS)
+            if f not in present or f == ctx.prefix
+        ]
         return _finish(items, ctx.prefix, ctx.start)
     if ctx.role is None:
         return None
@@ -367,8 +430,9 @@ def _model_members(idx: CompletionIndex, model_id: str, call: str | None) -> lis
     return members + list(idx.joins(model_id))
 
 
-def _complete_canonical(idx: CompletionIndex, prefix: str, ctx: dm.CursorContext,
-                        with_memory: bool) -> CompletionResult:
+def _complete_canonical(
+    idx: CompletionIndex, prefix: str, ctx: dm.CursorContext, with_memory: bool
+) -> CompletionResult:
     if with_memory and is_memory_ref(prefix):
         seg = memory_id_of(prefix)
         span = dm.Span(ctx.start.line, ctx.start.end - len(seg), ctx.start.end)
@@ -377,13 +441,22 @@ def _complete_canonical(idx: CompletionIndex, prefix: str, ctx: dm.CursorContext
     if not parent:
         items = list(idx.datasources())
         if with_memory:
-            items.append(CompletionItemData(MEMORY_PREFIX, "memory", "a memory: memory:<id>",
-                                            f"{_GROUP['memory']}000000", MEMORY_PREFIX))
+            items.append(
+                CompletionItemData(
+                    MEMORY_PREFIX,
+                    "memory",
+                    "a memory: memory:<id>",
+                    f"{_GROUP['memory']}000000",
+                    MEMORY_PREFIX,
+                )
+            )
         return _finish(items, seg, span)
     return _finish(idx.children(parent), seg, span)
 
 
-def _complete_join_key(doc: dm.ParsedDocument, idx: CompletionIndex, ctx: dm.CursorContext) -> CompletionResult:
+def _complete_join_key(
+    doc: dm.ParsedDocument, idx: CompletionIndex, ctx: dm.CursorContext
+) -> CompletionResult:
     path = ctx.path
     model_id = doc.model_id or ""
     owner = model_id
@@ -396,4 +469,3 @@ def _complete_join_key(doc: dm.ParsedDocument, idx: CompletionIndex, ctx: dm.Cur
         owner = f"{model_id.split('.')[0]}.{target}" if isinstance(target, str) else ""
     cols = [c for c in idx.children(owner) if c.kind == "column"]
     return _finish(cols, ctx.prefix, ctx.start)
-

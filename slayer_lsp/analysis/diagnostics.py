@@ -22,17 +22,27 @@ CODES: dict[str, tuple[str, str]] = {
     "invalid-yaml": (ERROR, "The document is not valid YAML; features fall back to a line scan."),
     "invalid-json": (ERROR, "The document is not valid JSON; features fall back to a tolerant scan."),
     "unknown-query-field": (ERROR, "A key SlayerQuery does not have (SLayer refuses extra fields)."),
-    "invalid-query": (ERROR, "A query entry SLayer would refuse before resolving names (wrong shape, a "
-                             "malformed column path or time dimension)."),
+    "invalid-query": (
+        ERROR,
+        "A query entry SLayer would refuse before resolving names (wrong shape, a "
+        "malformed column path or time dimension).",
+    ),
     "unknown-entity": (ERROR, "A reference that does not resolve in the store (the resolver's message)."),
     "ambiguous-entity": (ERROR, "A reference that matches several entities; qualify it."),
-    "hidden-entity": (WARNING, "A reference to a hidden model or column, which queries and search do not "
-                               "expose."),
-    "stale-tag": (WARNING, "A memory tag that is not a canonical id of the store (renamed or deleted "
-                           "entity, or not canonical); SLayer drops it from search."),
+    "hidden-entity": (
+        WARNING,
+        "A reference to a hidden model or column, which queries and search do not expose.",
+    ),
+    "stale-tag": (
+        WARNING,
+        "A memory tag that is not a canonical id of the store (renamed or deleted "
+        "entity, or not canonical); SLayer drops it from search.",
+    ),
     "stale-query": (WARNING, "A memory's attached query whose references no longer resolve."),
-    "entity-warning": (INFORMATION, "The resolver resolved the reference but warned (e.g. a name that is "
-                                    "both a datasource and a model)."),
+    "entity-warning": (
+        INFORMATION,
+        "The resolver resolved the reference but warned (e.g. a name that is both a datasource and a model).",
+    ),
     "load-issue": (WARNING, "The store reader could not load this file, or loaded it with a note."),
 }
 
@@ -55,8 +65,9 @@ class DiagnosticData:
     fixes: tuple[Fix, ...] = ()
 
 
-def _diag(code: str, span: dm.Span, message: str, fixes: tuple[Fix, ...] = (),
-          severity: str | None = None) -> DiagnosticData:
+def _diag(
+    code: str, span: dm.Span, message: str, fixes: tuple[Fix, ...] = (), severity: str | None = None
+) -> DiagnosticData:
     return DiagnosticData(span, severity or CODES[code][0], code, message, fixes)
 
 
@@ -73,7 +84,9 @@ def _close(word: str, candidates: list[str], n: int = SUGGESTIONS) -> list[str]:
     return difflib.get_close_matches(word, candidates, n=n, cutoff=0.6)
 
 
-def suggest(text: str, catalog: Catalog, source: ModelContext | None = None, *, heads: bool = False) -> list[str]:
+def suggest(
+    text: str, catalog: Catalog, source: ModelContext | None = None, *, heads: bool = False
+) -> list[str]:
     """Replacements for a reference that does not resolve: the last segment is matched against the
     names it could have meant at that place (the children of the part that does resolve, or the
     source model's fields and joins, or the model and datasource names)."""
@@ -126,7 +139,7 @@ def suggest_canonical(text: str, catalog: Catalog) -> list[str]:
             names = [name_of(c) for c in catalog.children(prefix)]
         else:
             names = [ds.label for ds in idx.datasources()]
-        rest = parts[i + 1:]
+        rest = parts[i + 1 :]
         fixed = [f"{prefix}.{n}" if prefix else n for n in _close(part, names)]
         full = [".".join([f, *rest]) for f in fixed if ".".join([f, *rest]) in catalog]
         return full or ([] if rest else fixed)
@@ -170,7 +183,9 @@ def _item_span(doc: dm.ParsedDocument, stage: dm.Stage, fld: str, index: int | N
     return dm.Span(0, 0, 0)
 
 
-def _check_stage(doc: dm.ParsedDocument, info: StageInfo, catalog: Catalog, in_memory: bool) -> list[DiagnosticData]:
+def _check_stage(
+    doc: dm.ParsedDocument, info: StageInfo, catalog: Catalog, in_memory: bool
+) -> list[DiagnosticData]:
     """What SLayer's walk finds that the document's references do not carry: shape problems, and
     tokens the scan did not locate (resolved here, reported on their entry)."""
     out = []
@@ -190,8 +205,11 @@ def _check_stage(doc: dm.ParsedDocument, info: StageInfo, catalog: Catalog, in_m
         if in_memory:
             out.append(_diag("stale-query", span, f"attached query has a stale reference: {error}"))
         else:
-            code = "ambiguous-entity" if etype in ("AmbiguousModelError", "AmbiguousJoinPathError") \
+            code = (
+                "ambiguous-entity"
+                if etype in ("AmbiguousModelError", "AmbiguousJoinPathError")
                 else "unknown-entity"
+            )
             out.append(_diag(code, span, error))
     return out
 
@@ -214,8 +232,9 @@ def _load_issues(doc: dm.ParsedDocument, catalog: Catalog, path: str) -> list[Di
     return out
 
 
-def _check(doc: dm.ParsedDocument, b: Binding, catalog: Catalog, memory_query: bool,
-           stages: list[StageInfo]) -> list[DiagnosticData]:
+def _check(
+    doc: dm.ParsedDocument, b: Binding, catalog: Catalog, memory_query: bool, stages: list[StageInfo]
+) -> list[DiagnosticData]:
     ref = b.ref
     if b.skipped:
         return []
@@ -236,15 +255,26 @@ def _check(doc: dm.ParsedDocument, b: Binding, catalog: Catalog, memory_query: b
             names = [n for n in names if "." not in n and catalog.models_by_name.get(n)]
         msg = b.error or f"'{ref.text}' does not resolve"
         if memory_query:
-            return [_diag("stale-query", ref.span, f"attached query has a stale reference: {msg}",
-                          _replace_fixes(ref.span, names))]
+            return [
+                _diag(
+                    "stale-query",
+                    ref.span,
+                    f"attached query has a stale reference: {msg}",
+                    _replace_fixes(ref.span, names),
+                )
+            ]
         code = "ambiguous-entity" if b.ambiguous else "unknown-entity"
         return [_diag(code, ref.span, msg, _replace_fixes(ref.span, names))]
     out: list[DiagnosticData] = []
     ent = catalog.get(b.canonical)
     if ent is not None and ent.hidden and ref.role in dm.QUERY_ROLES:
-        out.append(_diag("hidden-entity", ref.span, f"{ent.kind} {b.canonical} is hidden: queries and search "
-                                                      "do not expose it"))
+        out.append(
+            _diag(
+                "hidden-entity",
+                ref.span,
+                f"{ent.kind} {b.canonical} is hidden: queries and search do not expose it",
+            )
+        )
     if b.checked:
         for w in b.warnings:
             out.append(_diag("entity-warning", ref.span, w))

@@ -89,7 +89,7 @@ def _cap(sections: list[str], max_chars: int) -> str:
         room = max_chars - used - sep - 40
         if room > 80 and not sec.startswith("```"):
             cut = sec[:room]
-            cut = cut[: cut.rfind(" ")] if " " in cut[room // 2:] else cut
+            cut = cut[: cut.rfind(" ")] if " " in cut[room // 2 :] else cut
             cut = cut.rstrip("\\")
             out.append(cut + " …")
         out.append(f"*… cut at {max_chars} characters ({len(sections) - i} more section(s))*")
@@ -104,10 +104,9 @@ def _names(items: list[str], limit: int = LIST_LIMIT) -> str:
     return shown
 
 
-
-
-def entity_markdown(catalog: Catalog, canonical: str, *, warnings: tuple[str, ...] = (),
-                    max_chars: int = DEFAULT_MAX_CHARS) -> str | None:
+def entity_markdown(
+    catalog: Catalog, canonical: str, *, warnings: tuple[str, ...] = (), max_chars: int = DEFAULT_MAX_CHARS
+) -> str | None:
     ent = catalog.get(canonical)
     if ent is None:
         return None
@@ -172,8 +171,11 @@ def entity_markdown(catalog: Catalog, canonical: str, *, warnings: tuple[str, ..
             for j in obj.joins:
                 pairs = ", ".join(f"{p[0]} = {j.target_model}.{p[1]}" for p in j.join_pairs if len(p) >= 2)
                 name = f"{j.name} → " if j.name and j.name != j.target_model else ""
-                joins.append(f"- {escape(name)}{code(j.target_model)}" + (f" on {code(pairs)}" if pairs else "")
-                             + (f" ({escape(j.cardinality)})" if j.cardinality else ""))
+                joins.append(
+                    f"- {escape(name)}{code(j.target_model)}"
+                    + (f" on {code(pairs)}" if pairs else "")
+                    + (f" ({escape(j.cardinality)})" if j.cardinality else "")
+                )
             secs.append("**Joins:**\n" + "\n".join(joins[:LIST_LIMIT]))
         if obj.filters:
             secs.append("**Filters:** " + "; ".join(code(f) for f in obj.filters))
@@ -181,8 +183,11 @@ def entity_markdown(catalog: Catalog, canonical: str, *, warnings: tuple[str, ..
         secs.append(head + (f" · {escape(obj.type)}" if obj.type else ""))
         if obj.description:
             secs.append(paragraphs(obj.description))
-        models = [name_of(c) for c in catalog.children(canonical)
-                  if (m := catalog.models.get(c)) is not None and not m.hidden]
+        models = [
+            name_of(c)
+            for c in catalog.children(canonical)
+            if (m := catalog.models.get(c)) is not None and not m.hidden
+        ]
         if models:
             secs.append(f"**Models ({len(models)}):** " + _names(models))
     elif isinstance(obj, d.Memory):
@@ -197,14 +202,17 @@ def entity_markdown(catalog: Catalog, canonical: str, *, warnings: tuple[str, ..
             secs.append("**Tags:** " + ", ".join(tags))
         if obj.query is not None:
             shown = {k: v for k, v in obj.query.items() if v not in (None, [], {}, False)}
-            secs.append("**Attached query:**\n" + block(json.dumps(shown, indent=1, ensure_ascii=False), "json"))
+            secs.append(
+                "**Attached query:**\n" + block(json.dumps(shown, indent=1, ensure_ascii=False), "json")
+            )
     for w in warnings:
         secs.append(f"⚠ {escape(w)}")
     return _cap(secs, max_chars)
 
 
-def hover(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
-          max_chars: int = DEFAULT_MAX_CHARS) -> HoverData | None:
+def hover(
+    doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog, max_chars: int = DEFAULT_MAX_CHARS
+) -> HoverData | None:
     """The card for the reference at a position (code points), or None when there is none."""
     ref = doc.ref_at(line, col)
     if ref is None:
@@ -215,8 +223,11 @@ def hover(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog,
             return HoverData(f"{code(ref.text)}: {escape(b.note)}", ref.span)
         return None
     if b.canonical is None:
-        title = "Ambiguous reference" if b.ambiguous else (
-            "Stale tag" if ref.role == dm.ENTITY_TAG else "Unknown reference")
+        title = (
+            "Ambiguous reference"
+            if b.ambiguous
+            else ("Stale tag" if ref.role == dm.ENTITY_TAG else "Unknown reference")
+        )
         text = f"**{title}** {code(ref.text)}\n\n{escape(b.error or 'it does not resolve')}"
         if b.warnings:
             text += "\n\n" + "\n\n".join(f"⚠ {escape(w)}" for w in b.warnings)

@@ -26,11 +26,24 @@ from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import datasource_of, is_memory_ref, memory_ref, parent_of
 from slayer_lsp.catalog.snapshot import ENTITY_KINDS
 
-KINDS = ("query", "memory", "measure", "aggregation", "join", "model")  # the kinds of a dependent, in lens order
+KINDS = (
+    "query",
+    "memory",
+    "measure",
+    "aggregation",
+    "join",
+    "model",
+)  # the kinds of a dependent, in lens order
 # what impact and rename may be asked about: every entity of the catalog but a memory
 IMPACT_KINDS = tuple(kind for kind in ENTITY_KINDS if kind != "memory")
-_PLURAL = {"query": "queries", "memory": "memories", "measure": "measures", "aggregation": "aggregations",
-           "join": "joins", "model": "models"}
+_PLURAL = {
+    "query": "queries",
+    "memory": "memories",
+    "measure": "measures",
+    "aggregation": "aggregations",
+    "join": "joins",
+    "model": "models",
+}
 
 
 class ImpactError(ValueError):
@@ -47,7 +60,9 @@ class Dependent:
     node: str | None = None
     path: str | None = None  # a workspace document (its key), for queries and memories of the workspace
     span: dm.Span | None = None
-    locate: tuple[str, ...] = ()  # how to find a store dependent's line: ("entity", id) | ("join", model, index)
+    locate: tuple[
+        str, ...
+    ] = ()  # how to find a store dependent's line: ("entity", id) | ("join", model, index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +118,9 @@ def _unordered(a: str, b: str) -> tuple[str, str]:
 class _StoreGraph:
     catalog: Catalog
     edges: dict[str, list[Dependent]] = field(default_factory=dict)
-    joins_between: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # {model, model} -> join nodes
+    joins_between: dict[tuple[str, str], list[str]] = field(
+        default_factory=dict
+    )  # {model, model} -> join nodes
 
 
 def _formula_targets(text: str, catalog: Catalog, model: str) -> Iterable[str]:
@@ -166,7 +183,9 @@ def _build_store_graph(catalog: Catalog) -> _StoreGraph:
                 if target in catalog:
                     _add(g.edges, target, dep)
             g.joins_between.setdefault(_unordered(mid, target_model), []).append(node)
-        filters = list(model.filters) + ([model.default_time_dimension] if model.default_time_dimension else [])
+        filters = list(model.filters) + (
+            [model.default_time_dimension] if model.default_time_dimension else []
+        )
         for target in {t for f in filters for t in _formula_targets(f, catalog, mid)}:
             _add(g.edges, target, Dependent("model", f"{mid} (filters)", None, locate=("entity", mid)))
     for mid in catalog.memory_order:
@@ -182,7 +201,9 @@ def _build_store_graph(catalog: Catalog) -> _StoreGraph:
                 _add(g.edges, tag, Dependent("memory", name, None, locate=("memory", mid), span=span))
                 seen.add((tag, None))
         if doc is not None and mem.query is not None:
-            _add_document_uses(g.edges, g, doc, catalog, name, "memory", None, locate=("memory", mid), real=real)
+            _add_document_uses(
+                g.edges, g, doc, catalog, name, "memory", None, locate=("memory", mid), real=real
+            )
     return g
 
 
@@ -192,9 +213,18 @@ def _tag_span(doc: dm.ParsedDocument | None, tag: str) -> dm.Span | None:
     return next((r.span for r in doc.refs if r.role == dm.ENTITY_TAG and r.text == tag), None)
 
 
-def _add_document_uses(edges: dict[str, list[Dependent]], store: _StoreGraph, doc: dm.ParsedDocument,
-                       catalog: Catalog, name: str, kind: str, path: str | None, *,
-                       locate: tuple[str, ...] = (), real: bool = True) -> None:
+def _add_document_uses(
+    edges: dict[str, list[Dependent]],
+    store: _StoreGraph,
+    doc: dm.ParsedDocument,
+    catalog: Catalog,
+    name: str,
+    kind: str,
+    path: str | None,
+    *,
+    locate: tuple[str, ...] = (),
+    real: bool = True,
+) -> None:
     """File every reference of a query or memory document under what it binds to, and under the
     joins it walks (a reference to a column of another model than the stage's source)."""
     sources = {st.index: st.source_model for st in doc.stages}
@@ -284,10 +314,14 @@ def check_entity(catalog: Catalog, entity: str) -> str:
     """The kind of an entity impact and rename may be asked about, or ``ImpactError``."""
     kind = catalog.kind_of(entity)
     if kind is None:
-        raise ImpactError(f"'{entity}' is not a canonical id of the store (datasource, ds.model or ds.model.leaf)")
+        raise ImpactError(
+            f"'{entity}' is not a canonical id of the store (datasource, ds.model or ds.model.leaf)"
+        )
     if kind not in IMPACT_KINDS:
-        raise ImpactError(f"'{entity}' is a {kind}; impact is known for datasources, models, columns, "
-                          f"measures and aggregations")
+        raise ImpactError(
+            f"'{entity}' is a {kind}; impact is known for datasources, models, columns, "
+            f"measures and aggregations"
+        )
     return kind
 
 
@@ -300,7 +334,9 @@ def _parts(catalog: Catalog, entity: str) -> list[str]:
     return out
 
 
-def impact(catalog: Catalog, entity: str, docs: Sequence[WorkspaceDoc] = (), *, locate: bool = True) -> Impact:
+def impact(
+    catalog: Catalog, entity: str, docs: Sequence[WorkspaceDoc] = (), *, locate: bool = True
+) -> Impact:
     """Everything that uses ``entity`` (or one of its parts), directly or through measures and joins
     that use it. ``locate=False`` skips finding store lines (a code lens only counts)."""
     kind = check_entity(catalog, entity)
@@ -322,14 +358,27 @@ def impact(catalog: Catalog, entity: str, docs: Sequence[WorkspaceDoc] = (), *, 
                 if key in seen:
                     continue
                 seen.add(key)
-                uses.append(Use(dep.kind, dep.name, names.get(node, node), via[node],
-                                _location(catalog, dep) if locate else None))
+                uses.append(
+                    Use(
+                        dep.kind,
+                        dep.name,
+                        names.get(node, node),
+                        via[node],
+                        _location(catalog, dep) if locate else None,
+                    )
+                )
                 if dep.node is not None and dep.node not in via:
                     via[dep.node] = (*via[node], dep.name)
                     names[dep.node] = dep.name
                     queue.append(dep.node)
-    uses.sort(key=lambda u: (KINDS.index(u.kind), len(u.via), u.name,
-                             (u.location.span.line, u.location.span.start) if u.location else (0, 0)))
+    uses.sort(
+        key=lambda u: (
+            KINDS.index(u.kind),
+            len(u.via),
+            u.name,
+            (u.location.span.line, u.location.span.start) if u.location else (0, 0),
+        )
+    )
     return Impact(entity, kind, tuple(uses))
 
 

@@ -21,8 +21,9 @@ class InlayData:
     canonical: str
 
 
-def inlay_hints(doc: dm.ParsedDocument, catalog: Catalog, first_line: int = 0,
-                last_line: int | None = None) -> list[InlayData]:
+def inlay_hints(
+    doc: dm.ParsedDocument, catalog: Catalog, first_line: int = 0, last_line: int | None = None
+) -> list[InlayData]:
     """One hint per query reference (and custom aggregation call) in the line range whose text is
     not already its canonical id. Hidden entities get none (they answer like missing ones)."""
     if doc.kind not in ("query", "memory"):

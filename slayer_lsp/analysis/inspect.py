@@ -51,13 +51,23 @@ def inspect_ref(catalog: Catalog, ref: str) -> InspectItem:
     if ent is None:
         return InspectItem(ref=ref, canonical=res.canonical, error=f"'{res.canonical}' is not in the store.")
     doc = render.render_entity(catalog, res.canonical)
-    item = InspectItem(ref=ref, canonical=res.canonical, kind=ent.kind, hidden=ent.hidden,
-                       description=ent.description, text=doc.text if doc else None, source=str(ent.source),
-                       warnings=list(res.warnings))
+    item = InspectItem(
+        ref=ref,
+        canonical=res.canonical,
+        kind=ent.kind,
+        hidden=ent.hidden,
+        description=ent.description,
+        text=doc.text if doc else None,
+        source=str(ent.source),
+        warnings=list(res.warnings),
+    )
     obj = ent.obj
     if isinstance(obj, d.Column):
-        item.samples = list(obj.sampled_values) if obj.sampled_values is not None else (
-            [obj.sampled] if obj.sampled else None)
+        item.samples = (
+            list(obj.sampled_values)
+            if obj.sampled_values is not None
+            else ([obj.sampled] if obj.sampled else None)
+        )
         item.distinct_count = obj.distinct_count
     elif isinstance(obj, d.Memory):
         valid = catalog.valid_canonicals
@@ -91,8 +101,12 @@ def format_text(item: InspectItem) -> str:
         if item.tags:
             lines.append("tags: " + ", ".join(t.tag + (" (stale)" if t.stale else "") for t in item.tags))
         if item.query is not None:
-            lines.append("query: " + msgspec.json.encode(
-                {k: v for k, v in item.query.items() if v not in (None, [], {})}).decode())
+            lines.append(
+                "query: "
+                + msgspec.json.encode(
+                    {k: v for k, v in item.query.items() if v not in (None, [], {})}
+                ).decode()
+            )
     else:
         lines.extend((item.text or "").splitlines())
     if item.source:

@@ -148,8 +148,13 @@ def _tag_spans(catalog: Catalog, memory_id: str, canonical: str) -> LocationData
     return LocationData(src.path, dm.Span(0, 0, 0))
 
 
-def references(canonical: str, catalog: Catalog, open_docs: Mapping[str, dm.ParsedDocument], *,
-               include_declaration: bool = False) -> list[LocationData]:
+def references(
+    canonical: str,
+    catalog: Catalog,
+    open_docs: Mapping[str, dm.ParsedDocument],
+    *,
+    include_declaration: bool = False,
+) -> list[LocationData]:
     """Memories that tag the entity (at the tag's line) and open documents that mention it (each
     mention). ``open_docs`` maps a document's URI to its parse; their locations carry the URI."""
     out: list[LocationData] = []
@@ -180,7 +185,9 @@ def document_symbols(doc: dm.ParsedDocument) -> tuple[dm.Symbol, ...]:
     return doc.symbols
 
 
-def workspace_symbols(catalog: Catalog, hits: Iterable[tuple[str, str]], *, locate: bool = True) -> list[SymbolData]:
+def workspace_symbols(
+    catalog: Catalog, hits: Iterable[tuple[str, str]], *, locate: bool = True
+) -> list[SymbolData]:
     """Symbols for search hits ``(kind, id)`` (a memory hit's id is the bare memory id)."""
     out = []
     for kind, hid in hits:

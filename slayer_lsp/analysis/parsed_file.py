@@ -36,19 +36,68 @@ KINDS = ("query", "memory", "model", "datasource", "other")
 
 # The fields of a SlayerQuery (motley-slayer 1.4.1); anything else is refused by SLayer.
 QUERY_FIELDS = (
-    "version", "name", "source_model", "measures", "dimensions", "time_dimensions", "main_time_dimension",
-    "filters", "variables", "order", "limit", "offset", "whole_periods_only", "distinct_dimension_values",
+    "version",
+    "name",
+    "source_model",
+    "measures",
+    "dimensions",
+    "time_dimensions",
+    "main_time_dimension",
+    "filters",
+    "variables",
+    "order",
+    "limit",
+    "offset",
+    "whole_periods_only",
+    "distinct_dimension_values",
     "to_many_handling",
 )
 
 # Words of the filter/formula language that are never entity references (SLayer's own list plus
 # the sort directions and literals of the formula language).
-KEYWORDS = frozenset({
-    "and", "or", "not", "is", "null", "in", "like", "between", "true", "false", "case", "when", "then",
-    "else", "end", "exists", "coalesce", "nullif", "cast", "ln", "log", "log2", "log10", "exp", "sqrt",
-    "pow", "power", "abs", "round", "floor", "ceil", "ceiling", "current_date", "current_timestamp", "now",
-    "asc", "desc", "as", "none",
-})
+KEYWORDS = frozenset(
+    {
+        "and",
+        "or",
+        "not",
+        "is",
+        "null",
+        "in",
+        "like",
+        "between",
+        "true",
+        "false",
+        "case",
+        "when",
+        "then",
+        "else",
+        "end",
+        "exists",
+        "coalesce",
+        "nullif",
+        "cast",
+        "ln",
+        "log",
+        "log2",
+        "log10",
+        "exp",
+        "sqrt",
+        "pow",
+        "power",
+        "abs",
+        "round",
+        "floor",
+        "ceil",
+        "ceiling",
+        "current_date",
+        "current_timestamp",
+        "now",
+        "asc",
+        "desc",
+        "as",
+        "none",
+    }
+)
 
 # Reference roles.
 SOURCE_MODEL = "source_model"
@@ -144,14 +193,16 @@ class ParsedDocument:
     def ref_at(self, line: int, col: int) -> Reference | None:
         best: Reference | None = None
         for ref in self.refs:
-            if ref.span.contains(line, col) and (best is None or ref.span.end - ref.span.start
-                                                 < best.span.end - best.span.start):
+            if ref.span.contains(line, col) and (
+                best is None or ref.span.end - ref.span.start < best.span.end - best.span.start
+            ):
                 best = ref
         return best
 
     @property
     def lines(self) -> list[str]:
         return self.text.split("\n")
+
 
 # --------------------------------------------------------------------------- classification
 
@@ -181,7 +232,7 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
                 out.append(re.escape(c))
                 i += 1
             else:
-                alts = pattern[i + 1:close].split(",")
+                alts = pattern[i + 1 : close].split(",")
                 out.append("(?:" + "|".join(re.escape(a) for a in alts) + ")")
                 i = close + 1
         elif c == "[":
@@ -190,7 +241,7 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
                 out.append(re.escape(c))
                 i += 1
             else:
-                body = pattern[i + 1:close].replace("\\", "\\\\")
+                body = pattern[i + 1 : close].replace("\\", "\\\\")
                 if body.startswith("!"):
                     body = "^" + body[1:]
                 out.append(f"[{body}]")
@@ -208,8 +259,12 @@ def matches_any(path: str, patterns: Iterable[str]) -> bool:
     return any(glob_regex(p).match(posix) for p in patterns)
 
 
-def classify(path: str | None, query_patterns: Iterable[str], memory_patterns: Iterable[str],
-             store_root: str | Path | None = None) -> str:
+def classify(
+    path: str | None,
+    query_patterns: Iterable[str],
+    memory_patterns: Iterable[str],
+    store_root: str | Path | None = None,
+) -> str:
     """The document kind of a file path: the store's own files first (a model file is YAML under
     ``<store>/models/<ds>/``), then the memory and query patterns."""
     if not path:
@@ -246,7 +301,8 @@ def format_of(path: str | None, kind: str) -> str:
 
 # --------------------------------------------------------------------------- formulas
 
-_FORMULA_TOKEN = re.compile(r"""
+_FORMULA_TOKEN = re.compile(
+    r"""
     (?P<str>'(?:[^'\\]|\\.|'')*'?|"(?:[^"\\]|\\.)*"?)
   | (?P<var>\{[^}]*\}?)
   | (?P<num>\d[\w.]*)
@@ -254,7 +310,9 @@ _FORMULA_TOKEN = re.compile(r"""
   | (?P<open>\()
   | (?P<close>\))
   | (?P<other>.)
-""", re.VERBOSE | re.DOTALL)
+""",
+    re.VERBOSE | re.DOTALL,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,7 +349,7 @@ def scan_formula(text: str) -> list[FormulaToken]:
             continue
         path = m.group("id")
         start, end = m.start("id"), m.end("id")
-        rest = text[m.end():]
+        rest = text[m.end() :]
         nxt = rest.lstrip()
         call = next((c for c in reversed(calls) if c is not None), None) if calls else None
         if path.lower() in KEYWORDS:
@@ -302,8 +360,12 @@ def scan_formula(text: str) -> list[FormulaToken]:
             pending_call = path
             out.append(FormulaToken(path, start, end, True, call))
             continue
-        if calls and rest.startswith("=") and not rest.startswith("==") \
-                and text[:start].rstrip()[-1:] in ("(", ","):
+        if (
+            calls
+            and rest.startswith("=")
+            and not rest.startswith("==")
+            and text[:start].rstrip()[-1:] in ("(", ",")
+        ):
             continue  # keyword argument name: weight=..., partition_by=...
         if path.endswith(".*"):
             path = path[:-2]
@@ -323,6 +385,7 @@ def is_plain_ref(text: str) -> bool:
 
 # --------------------------------------------------------------------------- the walker
 
+
 @dataclass
 class _Out:
     text: Text
@@ -332,8 +395,14 @@ class _Out:
     symbols: list[Symbol] = field(default_factory=list)
 
 
-def scalar_span(t: Text, sc: Scalar, start: int | None = None, end: int | None = None,
-                token: str | None = None, hint: int = 0) -> Span:
+def scalar_span(
+    t: Text,
+    sc: Scalar,
+    start: int | None = None,
+    end: int | None = None,
+    token: str | None = None,
+    hint: int = 0,
+) -> Span:
     """The span of ``value[start:end]`` of a scalar in the text (the whole value by default). A value
     that is not verbatim in the source (escapes, folded lines) is located by searching ``token``."""
     value = sc.value if isinstance(sc.value, str) else ("" if sc.value is None else str(sc.value))
@@ -344,7 +413,7 @@ def scalar_span(t: Text, sc: Scalar, start: int | None = None, end: int | None =
         return t.span(sc.text_start + start, sc.text_start + end)
     needle = token if token is not None else value[start:end]
     if needle:
-        region = t.text[sc.start:sc.end]
+        region = t.text[sc.start : sc.end]
         pos = region.find(needle, hint)
         if pos < 0:
             pos = region.find(needle)
@@ -353,8 +422,16 @@ def scalar_span(t: Text, sc: Scalar, start: int | None = None, end: int | None =
     return t.span(sc.start, sc.end)
 
 
-def _formula_refs(out: _Out, sc: Scalar, role: str, fld: str, index: int | None, stage: int | None,
-                  prefix: str | None = None, owner: str | None = None) -> None:
+def _formula_refs(
+    out: _Out,
+    sc: Scalar,
+    role: str,
+    fld: str,
+    index: int | None,
+    stage: int | None,
+    prefix: str | None = None,
+    owner: str | None = None,
+) -> None:
     value = sc.str_value
     if value is None:
         return
@@ -363,23 +440,45 @@ def _formula_refs(out: _Out, sc: Scalar, role: str, fld: str, index: int | None,
         span = scalar_span(out.text, sc, tok.start, tok.end, token=tok.text, hint=hint)
         hint = tok.end
         if tok.is_call:
-            out.refs.append(Reference(tok.text, span, FUNCTION, fld, index, stage, tok.call,
-                                      canonical=f"{owner}.{tok.text}" if owner else None))
+            out.refs.append(
+                Reference(
+                    tok.text,
+                    span,
+                    FUNCTION,
+                    fld,
+                    index,
+                    stage,
+                    tok.call,
+                    canonical=f"{owner}.{tok.text}" if owner else None,
+                )
+            )
             continue
         text = f"{prefix}.{tok.text}" if prefix else tok.text
         out.refs.append(Reference(text, span, role, fld, index, stage, tok.call))
 
 
-def _ref(out: _Out, sc: Node, role: str, fld: str, index: int | None = None, stage: int | None = None,
-         text: str | None = None, canonical: str | None = None, prefix_span: Span | None = None) -> None:
+def _ref(
+    out: _Out,
+    sc: Node,
+    role: str,
+    fld: str,
+    index: int | None = None,
+    stage: int | None = None,
+    text: str | None = None,
+    canonical: str | None = None,
+    prefix_span: Span | None = None,
+) -> None:
     if not isinstance(sc, Scalar) or not isinstance(sc.value, str) or not sc.value.strip():
         return
     value = sc.value
     lead = len(value) - len(value.lstrip())
     stripped = value.strip()
     span = scalar_span(out.text, sc, lead, lead + len(stripped))
-    out.refs.append(Reference(text or stripped, span, role, fld, index, stage, canonical=canonical,
-                              prefix_span=prefix_span))
+    out.refs.append(
+        Reference(
+            text or stripped, span, role, fld, index, stage, canonical=canonical, prefix_span=prefix_span
+        )
+    )
 
 
 def _items(node: Node) -> list[tuple[int, Any]]:
@@ -398,8 +497,15 @@ def _walk_stage(out: _Out, node: Node, stage_index: int, earlier: set[str]) -> N
     for key, _ in node.items:
         if isinstance(key.value, str) and key.value not in QUERY_FIELDS:
             close = tuple(difflib.get_close_matches(key.value, QUERY_FIELDS, n=3, cutoff=0.6))
-            out.problems.append(Problem(scalar_span(t, key), "unknown-query-field",
-                                        f"unknown query field '{key.value}'", "error", close))
+            out.problems.append(
+                Problem(
+                    scalar_span(t, key),
+                    "unknown-query-field",
+                    f"unknown query field '{key.value}'",
+                    "error",
+                    close,
+                )
+            )
     name_node = node.get("name")
     name = name_node.value if isinstance(name_node, Scalar) and isinstance(name_node.value, str) else None
     src = node.get("source_model")
@@ -416,8 +522,12 @@ def _walk_stage(out: _Out, node: Node, stage_index: int, earlier: set[str]) -> N
             inline = True
     if isinstance(src_scalar, Scalar) and isinstance(src_scalar.value, str) and src_scalar.value.strip():
         source = src_scalar.value.strip()
-        source_span = scalar_span(t, src_scalar, len(src_scalar.value) - len(src_scalar.value.lstrip()),
-                                  len(src_scalar.value.rstrip()))
+        source_span = scalar_span(
+            t,
+            src_scalar,
+            len(src_scalar.value) - len(src_scalar.value.lstrip()),
+            len(src_scalar.value.rstrip()),
+        )
     earlier_stage = source is not None and source in earlier
     local: set[str] = set()
     for _, m in _items(node.get("measures")):
@@ -432,8 +542,20 @@ def _walk_stage(out: _Out, node: Node, stage_index: int, earlier: set[str]) -> N
                 local.add(n.value)
     si = len(out.stages)
     keys = tuple((str(k.value), scalar_span(t, k)) for k, _ in node.items if isinstance(k.value, str))
-    out.stages.append(Stage(si, name, source, source_span, frozenset(local), inline, earlier_stage,
-                            to_plain(node), t.region(node.start, node.end), keys))
+    out.stages.append(
+        Stage(
+            si,
+            name,
+            source,
+            source_span,
+            frozenset(local),
+            inline,
+            earlier_stage,
+            to_plain(node),
+            t.region(node.start, node.end),
+            keys,
+        )
+    )
     if src_scalar is not None and not earlier_stage:
         _ref(out, src_scalar, SOURCE_MODEL, "source_model", None, si)
 
@@ -490,15 +612,26 @@ def _name_ref(out: _Out, node: Mapping, role: str, fld: str, index: int, stage: 
     """A ``{name, model}`` column reference: the name's span, the dotted text."""
     name = node.get("name")
     model = node.get("model")
-    prefix = model.value.strip() if isinstance(model, Scalar) and isinstance(model.value, str) and \
-        model.value.strip() else None
+    prefix = (
+        model.value.strip()
+        if isinstance(model, Scalar) and isinstance(model.value, str) and model.value.strip()
+        else None
+    )
     if isinstance(name, Scalar) and isinstance(name.value, str):
         pspan = None
         if prefix is not None and isinstance(model, Scalar) and isinstance(model.value, str):
             lead = len(model.value) - len(model.value.lstrip())
             pspan = scalar_span(out.text, model, lead, lead + len(prefix))
-        _ref(out, name, role, fld, index, stage, text=f"{prefix}.{name.value.strip()}" if prefix else None,
-             prefix_span=pspan)
+        _ref(
+            out,
+            name,
+            role,
+            fld,
+            index,
+            stage,
+            text=f"{prefix}.{name.value.strip()}" if prefix else None,
+            prefix_span=pspan,
+        )
 
 
 def _walk_query(out: _Out, root: Node) -> None:
@@ -573,7 +706,14 @@ def _walk_model(out: _Out, root: Node, path: str | None) -> str | None:
                 if left_name:
                     _ref(out, left, JOIN_KEY, "joins", i, canonical=f"{mid}.{left_name.strip()}")
                 if right_name and tname and ds:
-                    _ref(out, right, JOIN_KEY, "joins", i, canonical=f"{ds}.{tname.strip()}.{right_name.strip()}")
+                    _ref(
+                        out,
+                        right,
+                        JOIN_KEY,
+                        "joins",
+                        i,
+                        canonical=f"{ds}.{tname.strip()}.{right_name.strip()}",
+                    )
     for i, f in _items(root.get("filters")):
         if isinstance(f, Scalar):
             _formula_refs(out, f, MODEL_FORMULA, "filters", i, None, owner=mid)
@@ -584,8 +724,16 @@ def _walk_model(out: _Out, root: Node, path: str | None) -> str | None:
     sel = scalar_span(t, nnode) if isinstance(nnode, Scalar) else Span(0, 0, 0)
     if isinstance(nnode, Scalar):
         out.refs.append(Reference(name, sel, DEFINITION, "name", canonical=mid))
-    out.symbols.append(Symbol(name, "model", sel, t.region(root.start, max(root.end, root.start)),
-                              _str(root.get("description")), tuple(children)))
+    out.symbols.append(
+        Symbol(
+            name,
+            "model",
+            sel,
+            t.region(root.start, max(root.end, root.start)),
+            _str(root.get("description")),
+            tuple(children),
+        )
+    )
     return mid
 
 
@@ -600,7 +748,9 @@ def _walk_datasource(out: _Out, root: Node, path: str | None) -> None:
     sel = scalar_span(t, nnode) if isinstance(nnode, Scalar) else Span(0, 0, 0)
     if isinstance(nnode, Scalar):
         out.refs.append(Reference(name, sel, DEFINITION, "name", canonical=name))
-    out.symbols.append(Symbol(name, "datasource", sel, t.region(root.start, root.end), _str(root.get("type"))))
+    out.symbols.append(
+        Symbol(name, "datasource", sel, t.region(root.start, root.end), _str(root.get("type")))
+    )
 
 
 # --------------------------------------------------------------------------- entry points
@@ -659,8 +809,19 @@ def parse_document(text: str, kind: str, path: str | None = None, fmt: str | Non
             model_id = _walk_model(out, tree, path)
         else:
             _walk_datasource(out, tree, path)
-    return ParsedDocument(kind, fmt, text, tuple(out.refs), tuple(out.stages), tuple(out.problems),
-                          tuple(out.symbols), data, scanned, front, model_id)
+    return ParsedDocument(
+        kind,
+        fmt,
+        text,
+        tuple(out.refs),
+        tuple(out.stages),
+        tuple(out.problems),
+        tuple(out.symbols),
+        data,
+        scanned,
+        front,
+        model_id,
+    )
 
 
 # --------------------------------------------------------------------------- cursor context
@@ -693,7 +854,11 @@ def _locate(node: Node, offset: int, path: tuple[Any, ...]) -> tuple[Scalar | No
         return None, path, False
     if isinstance(node, Mapping):
         for k, v in node.items:
-            if isinstance(k, Scalar) and k.start <= offset <= k.end and not (v is not None and _within(v, offset)):
+            if (
+                isinstance(k, Scalar)
+                and k.start <= offset <= k.end
+                and not (v is not None and _within(v, offset))
+            ):
                 return k, path + (k.value,), True
             if v is not None and _within(v, offset):
                 return _locate(v, offset, path + (k.value,))
@@ -773,7 +938,7 @@ def context_at(doc: ParsedDocument, line: int, col: int) -> CursorContext | None
     t = Text(doc.text)
     if line >= len(t.starts):
         return None
-    line_text = doc.text[t.starts[line]:].split("\n", 1)[0]
+    line_text = doc.text[t.starts[line] :].split("\n", 1)[0]
     col = min(col, len(line_text))
     offset = t.starts[line] + col
     tree: Node
@@ -797,8 +962,9 @@ def context_at(doc: ParsedDocument, line: int, col: int) -> CursorContext | None
         if role_here == ENTITY_TAG or (on_key and _role_for(kind, path[:-1] + (0,))[0] == ENTITY_TAG):
             m = _TAG_PREFIX_RE.search(line_text[:col])
             prefix = m.group(0) if m else ""
-            return CursorContext(ENTITY_TAG, "entities", prefix, Span(line, col - len(prefix), col), None, None,
-                                 False, path)
+            return CursorContext(
+                ENTITY_TAG, "entities", prefix, Span(line, col - len(prefix), col), None, None, False, path
+            )
     stage = None
     qpath = path
     if kind == "query" and isinstance(tree, Sequence) and path and isinstance(path[0], int):
@@ -811,10 +977,13 @@ def context_at(doc: ParsedDocument, line: int, col: int) -> CursorContext | None
         return CursorContext(None, None, "", Span(line, col, col), stage, None, False, qpath)
     if on_key:
         typed = str(sc.value or "")[: max(0, offset - sc.text_start)] if sc.verbatim else ""
-        depth_ok = (kind == "query" and len(qpath) == 1) or (kind == "memory" and qpath[:1] == ("query",)
-                                                             and len(qpath) == 2)
+        depth_ok = (kind == "query" and len(qpath) == 1) or (
+            kind == "memory" and qpath[:1] == ("query",) and len(qpath) == 2
+        )
         if depth_ok:
-            return CursorContext(None, None, typed, Span(line, col - len(typed), col), stage, None, True, qpath)
+            return CursorContext(
+                None, None, typed, Span(line, col - len(typed), col), stage, None, True, qpath
+            )
         return None
     role, fld, mode = _role_for(kind, qpath)
     if role is None:

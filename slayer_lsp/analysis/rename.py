@@ -134,13 +134,18 @@ def store_file_text(path: str) -> str | None:
 def check_new_name(catalog: Catalog, entity: str, kind: str, new_name: str) -> None:
     """Refuse a name SLayer would not load, or one already taken where the entity lives."""
     if not isinstance(new_name, str) or not IDENTIFIER.match(new_name) or len(new_name) > MAX_NAME:
-        raise RenameError(f"'{new_name}' is not a valid name: use letters, digits and underscores, "
-                          f"not starting with a digit")
+        raise RenameError(
+            f"'{new_name}' is not a valid name: use letters, digits and underscores, "
+            f"not starting with a digit"
+        )
     if new_name.lower() in dm.KEYWORDS:
         raise RenameError(f"'{new_name}' is a keyword of SLayer's formulas")
     if new_name == name_of(entity):
         raise RenameError(f"'{entity}' is already called '{new_name}'")
-    if kind == "aggregation" and formulas.normalize_aggregation_name(new_name) in formulas.BUILTIN_AGGREGATIONS:
+    if (
+        kind == "aggregation"
+        and formulas.normalize_aggregation_name(new_name) in formulas.BUILTIN_AGGREGATIONS
+    ):
         raise RenameError(f"'{new_name}' is a built-in aggregation")
     target = with_name(entity, new_name)
     if kind == "datasource":
@@ -172,16 +177,18 @@ def _segment_spans(ref: dm.Reference) -> list[dm.Span | None]:
     return [None] * (len(segs) - 1) + [tail]
 
 
-def _names_entity(b: Binding, i: int, segs: list[str], catalog: Catalog, source: ModelContext | None,
-                  entity: str) -> bool:
+def _names_entity(
+    b: Binding, i: int, segs: list[str], catalog: Catalog, source: ModelContext | None, entity: str
+) -> bool:
     if i == len(segs) - 1:
         return b.canonical == entity
     canonical, _, _, _ = resolve(".".join(segs[: i + 1]), catalog, source)
     return canonical == entity
 
 
-def _source(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog,
-            cache: dict[int, ModelContext | None]) -> ModelContext | None:
+def _source(
+    doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog, cache: dict[int, ModelContext | None]
+) -> ModelContext | None:
     if ref.role == dm.MODEL_FORMULA:
         return doc.model_id
     if ref.stage is None or ref.stage >= len(doc.stages):
@@ -191,13 +198,20 @@ def _source(doc: dm.ParsedDocument, ref: dm.Reference, catalog: Catalog,
     return cache[ref.stage]
 
 
-def _ref_edits(doc: dm.ParsedDocument, b: Binding, catalog: Catalog, entity: str, new_entity: str,
-               where: str, sources: dict) -> list[EditData]:
+def _ref_edits(
+    doc: dm.ParsedDocument,
+    b: Binding,
+    catalog: Catalog,
+    entity: str,
+    new_entity: str,
+    where: str,
+    sources: dict,
+) -> list[EditData]:
     ref = b.ref
     old, new = name_of(entity), name_of(new_entity)
     if ref.role == dm.ENTITY_TAG:
         if is_descendant_or_self(ref.text, entity):
-            return [EditData(ref.span, new_entity + ref.text[len(entity):])]  # the same path below it
+            return [EditData(ref.span, new_entity + ref.text[len(entity) :])]  # the same path below it
         return []
     if ref.role in (dm.DEFINITION, dm.JOIN_TARGET, dm.JOIN_KEY, dm.FUNCTION):
         return [EditData(ref.span, new)] if b.canonical == entity and ref.text.strip() == old else []
@@ -213,8 +227,10 @@ def _ref_edits(doc: dm.ParsedDocument, b: Binding, catalog: Catalog, entity: str
         if seg != old or not _names_entity(b, i, segs, catalog, source, entity):
             continue
         if spans[i] is None:
-            raise RenameError(f"cannot rename '{entity}': the reference '{ref.text}' in {where} (line "
-                              f"{ref.span.line + 1}) is not written verbatim; edit it by hand first")
+            raise RenameError(
+                f"cannot rename '{entity}': the reference '{ref.text}' in {where} (line "
+                f"{ref.span.line + 1}) is not written verbatim; edit it by hand first"
+            )
         out.append(EditData(spans[i], new))  # type: ignore[arg-type]
     return out
 
@@ -234,8 +250,9 @@ def may_name(text: str, entity: str) -> bool:
     return leaf is None or model is None or _word(model).search(text) is not None
 
 
-def document_edits(doc: dm.ParsedDocument, catalog: Catalog, entity: str, new_entity: str,
-                   where: str) -> list[EditData]:
+def document_edits(
+    doc: dm.ParsedDocument, catalog: Catalog, entity: str, new_entity: str, where: str
+) -> list[EditData]:
     """The edits one document needs (any kind: query, memory, model, datasource). Every edit
     replaces the entity's name where it is written verbatim, so a document whose text does not
     hold the name needs none and is not bound at all (most of a large workspace)."""
@@ -272,10 +289,13 @@ def _line_edits(text: str, pattern: re.Pattern[str], old: str, new: str) -> list
 def target_at(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog) -> RenameTarget:
     """The entity a rename at this position renames (the segment under the cursor), or ``RenameError``."""
     ref = doc.ref_at(line, col) or next(
-        (r for r in doc.refs if r.prefix_span is not None and r.prefix_span.contains(line, col)), None)
+        (r for r in doc.refs if r.prefix_span is not None and r.prefix_span.contains(line, col)), None
+    )
     if ref is None:
-        raise RenameError("nothing to rename here: put the cursor on a datasource, model, column, measure "
-                          "or aggregation name")
+        raise RenameError(
+            "nothing to rename here: put the cursor on a datasource, model, column, measure "
+            "or aggregation name"
+        )
     b = next((x for x in bind_all(doc, catalog) if x.ref is ref), None)
     if ref.role == dm.ENTITY_TAG:
         if is_memory_ref(ref.text) or ref.text not in catalog:
@@ -303,7 +323,9 @@ def target_at(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog) -> 
             return _target(catalog, b.canonical, sp)
         canonical, _, _, _ = resolve(".".join(segs[: i + 1]), catalog, source)
         if canonical is None or name_of(canonical) != segs[i]:
-            raise RenameError(f"'{segs[i]}' is a join name here, not an entity name: rename it in the model file")
+            raise RenameError(
+                f"'{segs[i]}' is a join name here, not an entity name: rename it in the model file"
+            )
         return _target(catalog, canonical, sp)
     raise RenameError(f"cannot locate the name under the cursor in '{ref.text}'")
 
@@ -316,8 +338,14 @@ def _target(catalog: Catalog, entity: str, span: dm.Span) -> RenameTarget:
     return RenameTarget(entity, kind, span, name_of(entity))
 
 
-def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[WorkspaceDoc] = (),
-                read: ReadDoc = _default_read, text_of: ReadText = store_file_text) -> RenamePlan:
+def plan_rename(
+    catalog: Catalog,
+    entity: str,
+    new_name: str,
+    docs: Sequence[WorkspaceDoc] = (),
+    read: ReadDoc = _default_read,
+    text_of: ReadText = store_file_text,
+) -> RenamePlan:
     """Every edit the rename needs, or ``RenameError`` (nothing is planned half)."""
     try:
         kind = check_entity(catalog, entity)
@@ -396,14 +424,20 @@ def plan_rename(catalog: Catalog, entity: str, new_name: str, docs: Sequence[Wor
     return RenamePlan(entity, new_entity, out, tuple(renames))
 
 
-def _plan_sqlite(catalog: Catalog, entity: str, kind: str, new_entity: str,
-                 docs: Sequence[WorkspaceDoc]) -> RenamePlan:
+def _plan_sqlite(
+    catalog: Catalog, entity: str, kind: str, new_entity: str, docs: Sequence[WorkspaceDoc]
+) -> RenamePlan:
     if kind == "datasource":
-        raise RenameError(f"cannot rename datasource '{entity}' of a SQLite store: its name keys every model "
-                          f"row, its connection and the priority setting; rename it with SLayer")
+        raise RenameError(
+            f"cannot rename datasource '{entity}' of a SQLite store: its name keys every model "
+            f"row, its connection and the priority setting; rename it with SLayer"
+        )
     db = str(catalog.location.path)
-    files = tuple(FileEdits(wd.key, tuple(_no_overlap(wd.key, e)))
-                  for wd in docs if (e := document_edits(wd.doc, catalog, entity, new_entity, wd.key)))
+    files = tuple(
+        FileEdits(wd.key, tuple(_no_overlap(wd.key, e)))
+        for wd in docs
+        if (e := document_edits(wd.doc, catalog, entity, new_entity, wd.key))
+    )
     ds = datasource_of(entity)
     try:
         models, memories = read_rename_rows(db, ds)
@@ -414,14 +448,16 @@ def _plan_sqlite(catalog: Catalog, entity: str, kind: str, new_entity: str,
         where = f"{db} [models {row_ds}.{name}]"
         value = _slayer_json(data, where)
         text = json.dumps(value, indent=1)
-        edits = _no_overlap(where, document_edits(dm.parse_document(text, "model", db), catalog, entity,
-                                                  new_entity, where))
+        edits = _no_overlap(
+            where, document_edits(dm.parse_document(text, "model", db), catalog, entity, new_entity, where)
+        )
         if not edits:
             continue
         new_value = _reloaded(apply_edits(text, edits), where)
         new_name = new_value.get("name") if isinstance(new_value, dict) else None
-        if not isinstance(new_name, str) or (new_name != name and not (kind == "model" and
-                                                                       entity == f"{row_ds}.{name}")):
+        if not isinstance(new_name, str) or (
+            new_name != name and not (kind == "model" and entity == f"{row_ds}.{name}")
+        ):
             raise RenameError(f"cannot rename '{entity}': the rewrite of {where} would change its name")
         rows.append(RowRewrite("models", (row_ds, name), data, json.dumps(new_value), (row_ds, new_name)))
     for memory_id, data in memories:
@@ -432,19 +468,27 @@ def _plan_sqlite(catalog: Catalog, entity: str, kind: str, new_entity: str,
         tags, query = value.get("entities"), value.get("query")
         if not isinstance(tags, list) or not isinstance(value.get("learning"), str):
             continue  # not a memory SLayer loads: the catalog does not see it either
-        if not any(isinstance(t, str) and is_descendant_or_self(t, entity) for t in tags) \
-                and query is None:
+        if not any(isinstance(t, str) and is_descendant_or_self(t, entity) for t in tags) and query is None:
             continue
         text = memory_markdown(value)
-        edits = _no_overlap(where, document_edits(dm.parse_document(text, "memory", db), catalog, entity,
-                                                  new_entity, where))
+        edits = _no_overlap(
+            where, document_edits(dm.parse_document(text, "memory", db), catalog, entity, new_entity, where)
+        )
         if not edits:
             continue
         front = _front_matter(apply_edits(text, edits), where)
         new_tags = front.get("entities") or []
         new_value = {**value, "entities": new_tags, "query": _in_order(query, front.get("query"), where)}
-        rows.append(RowRewrite("memories", (memory_id,), data, json.dumps(new_value), (memory_id,),
-                               tuple(dict.fromkeys(new_tags))))
+        rows.append(
+            RowRewrite(
+                "memories",
+                (memory_id,),
+                data,
+                json.dumps(new_value),
+                (memory_id,),
+                tuple(dict.fromkeys(new_tags)),
+            )
+        )
     return RenamePlan(entity, new_entity, files, (), StoreRename(db, tuple(rows)))
 
 
@@ -456,7 +500,9 @@ def _slayer_json(data: str, where: str) -> object:
     except ValueError:
         raise RenameError(f"cannot rename: {where} is not valid JSON; fix it with SLayer first") from None
     if json.dumps(value) != data:
-        raise RenameError(f"cannot rename: {where} is not in the form SLayer writes; re-save it with SLayer first")
+        raise RenameError(
+            f"cannot rename: {where} is not in the form SLayer writes; re-save it with SLayer first"
+        )
     return value
 
 
@@ -469,16 +515,19 @@ def _in_order(old: object, new: object, where: str) -> object:
         return [_in_order(a, b, where) for a, b in zip(old, new, strict=True)]
     if type(old) is type(new) and (isinstance(old, str) or old == new):
         return new
-    raise RenameError(f"cannot rename: the rewrite of {where} does not read back as it was stored; nothing "
-                      f"was planned")
+    raise RenameError(
+        f"cannot rename: the rewrite of {where} does not read back as it was stored; nothing was planned"
+    )
 
 
 def _reloaded(text: str, where: str) -> object:
     try:
         return json.loads(text)
     except ValueError:
-        raise RenameError(f"cannot rename: the rewrite of {where} is not valid JSON (a name inside an escaped "
-                          f"string?); nothing was planned") from None
+        raise RenameError(
+            f"cannot rename: the rewrite of {where} is not valid JSON (a name inside an escaped "
+            f"string?); nothing was planned"
+        ) from None
 
 
 def _front_matter(text: str, where: str) -> dict:
@@ -501,7 +550,9 @@ def _sibling(path: str, new_name: str, store: Path, what: str) -> str:
 
 
 def _no_overlap(key: str, edits: list[EditData]) -> list[EditData]:
-    uniq = sorted({(e.span, e.new_text): e for e in edits}.values(), key=lambda e: (e.span.line, e.span.start))
+    uniq = sorted(
+        {(e.span, e.new_text): e for e in edits}.values(), key=lambda e: (e.span.line, e.span.start)
+    )
     for a, b in zip(uniq, uniq[1:], strict=False):
         if a.span.line == b.span.line and b.span.start < a.span.end:
             raise RenameError(f"cannot rename: two edits overlap in {key} at line {a.span.line + 1}")
@@ -513,7 +564,7 @@ def apply_edits(text: str, edits: Iterable[EditData]) -> str:
     lines = text.split("\n")
     for e in sorted(edits, key=lambda e: (e.span.line, e.span.start), reverse=True):
         line = lines[e.span.line]
-        lines[e.span.line] = line[: e.span.start] + e.new_text + line[e.span.end:]
+        lines[e.span.line] = line[: e.span.start] + e.new_text + line[e.span.end :]
     return "\n".join(lines)
 
 

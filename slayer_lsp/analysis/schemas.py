@@ -32,12 +32,16 @@ _OPT_INT = {"type": ["integer", "null"], "minimum": 0}
 _QUERY_FIELD_SCHEMAS: dict[str, tuple[dict[str, Any], str]] = {
     "version": ({"type": "integer"}, "Query format version."),
     "name": (_OPT_STR, "A name for this stage; a later stage may use it as its source_model."),
-    "source_model": ({"type": ["string", "object", "null"]},
-                     "The model the query reads: a name (`orders`, `jaffle.orders`), an earlier stage's name, "
-                     "or an inline model / extension object."),
+    "source_model": (
+        {"type": ["string", "object", "null"]},
+        "The model the query reads: a name (`orders`, `jaffle.orders`), an earlier stage's name, "
+        "or an inline model / extension object.",
+    ),
     "measures": (_list_of(_REF_OR_OBJECT), "Measures: formulas (`sum(amount)`) or {formula, name, label}."),
-    "dimensions": (_list_of(_REF_OR_OBJECT), "Dimensions: column paths (`stores.name`) or {name, model} / "
-                                            "{expression, name}."),
+    "dimensions": (
+        _list_of(_REF_OR_OBJECT),
+        "Dimensions: column paths (`stores.name`) or {name, model} / {expression, name}.",
+    ),
     "time_dimensions": (_list_of(_REF_OR_OBJECT), "Time dimensions: {dimension, granularity, date_range}."),
     "main_time_dimension": (_OPT_STR, "The time dimension that transforms and whole periods use."),
     "filters": (_list_of({"type": "string"}), "Filter formulas (`status = 'completed'`)."),
@@ -50,14 +54,17 @@ _QUERY_FIELD_SCHEMAS: dict[str, tuple[dict[str, Any], str]] = {
     "to_many_handling": (_OPT_STR, "How a to-many join is aggregated (e.g. `broadcast`)."),
 }
 if set(_QUERY_FIELD_SCHEMAS) != set(QUERY_FIELDS):  # a new query field needs its type here
-    raise RuntimeError(f"query schema and QUERY_FIELDS differ: {set(_QUERY_FIELD_SCHEMAS) ^ set(QUERY_FIELDS)}")
+    raise RuntimeError(
+        f"query schema and QUERY_FIELDS differ: {set(_QUERY_FIELD_SCHEMAS) ^ set(QUERY_FIELDS)}"
+    )
 
 
 def _stage_schema() -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {k: {**_QUERY_FIELD_SCHEMAS[k][0], "description": _QUERY_FIELD_SCHEMAS[k][1]}
-                       for k in QUERY_FIELDS},
+        "properties": {
+            k: {**_QUERY_FIELD_SCHEMAS[k][0], "description": _QUERY_FIELD_SCHEMAS[k][1]} for k in QUERY_FIELDS
+        },
         "additionalProperties": False,
     }
 
@@ -70,8 +77,10 @@ def query_schema() -> dict[str, Any]:
         "title": "SLayer query",
         "description": "A SLayer query file (SlayerQuery, motley-slayer 1.4.1), or a list of query stages.",
         "definitions": {"stage": _stage_schema()},
-        "anyOf": [{"$ref": "#/definitions/stage"},
-                  {"type": "array", "items": {"$ref": "#/definitions/stage"}}],
+        "anyOf": [
+            {"$ref": "#/definitions/stage"},
+            {"type": "array", "items": {"$ref": "#/definitions/stage"}},
+        ],
     }
 
 
@@ -84,10 +93,15 @@ def memory_schema() -> dict[str, Any]:
     defs = generated.get("$defs", {})
     memory = defs[generated["$ref"].rsplit("/", 1)[-1]] if "$ref" in generated else generated
     props = {k: v for k, v in memory["properties"].items() if k not in ("id", "learning")}
-    props["query"] = {"anyOf": [{"$ref": "#/definitions/stage"}, {"type": "null"}],
-                      "description": "An example query (SlayerQuery)."}
-    props["entities"] = {"type": "array", "items": {"type": "string"},
-                         "description": "Canonical ids this memory is about (`ds.model.column`, `memory:<id>`)."}
+    props["query"] = {
+        "anyOf": [{"$ref": "#/definitions/stage"}, {"type": "null"}],
+        "description": "An example query (SlayerQuery).",
+    }
+    props["entities"] = {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "Canonical ids this memory is about (`ds.model.column`, `memory:<id>`).",
+    }
     return {
         "$schema": DIALECT,
         "$id": "https://slayer-lsp.dev/schemas/memory.schema.json",

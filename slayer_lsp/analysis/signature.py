@@ -16,7 +16,9 @@ from slayer_lsp.analysis.binding import context_id, stage_source
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.query import formulas
 
-FORMULA_ROLES = frozenset({dm.DIMENSION, dm.TIME_DIMENSION, dm.MEASURE, dm.FILTER, dm.ORDER, dm.MODEL_FORMULA})
+FORMULA_ROLES = frozenset(
+    {dm.DIMENSION, dm.TIME_DIMENSION, dm.MEASURE, dm.FILTER, dm.ORDER, dm.MODEL_FORMULA}
+)
 
 # name -> (parameters after the value, each (label, documentation)), summary
 _BUILTIN: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {
@@ -32,17 +34,25 @@ _BUILTIN: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {
     "stddev_pop": ((), "Population standard deviation."),
     "var_samp": ((), "Sample variance."),
     "var_pop": ((), "Population variance."),
-    "weighted_avg": ((("weight", "required: the column each value is weighted by"),),
-                     "Average of the values weighted by another column."),
-    "percentile": ((("p", "required: the fraction, between 0 and 1 (percentile(x, 0.9) is p=0.9)"),),
-                   "Continuous percentile of the values."),
+    "weighted_avg": (
+        (("weight", "required: the column each value is weighted by"),),
+        "Average of the values weighted by another column.",
+    ),
+    "percentile": (
+        (("p", "required: the fraction, between 0 and 1 (percentile(x, 0.9) is p=0.9)"),),
+        "Continuous percentile of the values.",
+    ),
     "corr": ((("other", "required: the second column"),), "Correlation coefficient of two columns."),
     "covar_samp": ((("other", "required: the second column"),), "Sample covariance of two columns."),
     "covar_pop": ((("other", "required: the second column"),), "Population covariance of two columns."),
-    "first": ((("by", "optional: the column that orders the rows (default: the time dimension)"),),
-              "Value of the first row in each group."),
-    "last": ((("by", "optional: the column that orders the rows (default: the time dimension)"),),
-             "Value of the last row in each group."),
+    "first": (
+        (("by", "optional: the column that orders the rows (default: the time dimension)"),),
+        "Value of the first row in each group.",
+    ),
+    "last": (
+        (("by", "optional: the column that orders the rows (default: the time dimension)"),),
+        "Value of the last row in each group.",
+    ),
 }
 assert set(_BUILTIN) == formulas.BUILTIN_AGGREGATIONS
 
@@ -119,8 +129,10 @@ def signature_at(doc: dm.ParsedDocument, line: int, col: int, catalog: Catalog) 
     custom = _aggregation(catalog, model, callee)
     if custom is not None:
         params = [("value", "the expression aggregated ({value})")]
-        params += [(f"{p.name}={p.sql}" if p.sql is not None else p.name, f"parameter {{{p.name}}}")
-                   for p in custom.params]
+        params += [
+            (f"{p.name}={p.sql}" if p.sql is not None else p.name, f"parameter {{{p.name}}}")
+            for p in custom.params
+        ]
         label = f"{callee}({', '.join(p for p, _ in params)})"
         doc_text = custom.description or (f"custom aggregation: {custom.formula}" if custom.formula else None)
         names = ["value", *(p.name for p in custom.params)]

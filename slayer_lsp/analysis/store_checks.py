@@ -37,18 +37,30 @@ ERROR, WARNING, INFORMATION = diag.ERROR, diag.WARNING, diag.INFORMATION
 
 # code -> (default severity, meaning); codes shared with the document diagnostics live in diag.CODES
 STORE_CODES: dict[str, tuple[str, str]] = {
-    "unknown-join-target": (ERROR, "A join whose target_model is not a model of the same datasource: "
-                                   "SLayer cannot follow it."),
-    "unknown-join-key": (ERROR, "A join pair naming a column that the model (or the joined model) does "
-                                "not have."),
-    "unknown-priority-datasource": (WARNING, "A datasource priority entry that names no datasource of the "
-                                             "store."),
-    "duplicate-leaf": (ERROR, "Two measures, or an aggregation and another leaf, of one model with the same "
-                              "name (SLayer refuses duplicate measures; an aggregation named like another "
-                              "leaf shares its canonical id). Duplicate columns, and a measure named like a "
-                              "column, are reported by the reader as load-issue."),
-    "hidden-tag": (INFORMATION, "A memory tag naming a hidden model or column: the memory is still found "
-                                "through it, but queries and search do not expose the entity."),
+    "unknown-join-target": (
+        ERROR,
+        "A join whose target_model is not a model of the same datasource: SLayer cannot follow it.",
+    ),
+    "unknown-join-key": (
+        ERROR,
+        "A join pair naming a column that the model (or the joined model) does not have.",
+    ),
+    "unknown-priority-datasource": (
+        WARNING,
+        "A datasource priority entry that names no datasource of the store.",
+    ),
+    "duplicate-leaf": (
+        ERROR,
+        "Two measures, or an aggregation and another leaf, of one model with the same "
+        "name (SLayer refuses duplicate measures; an aggregation named like another "
+        "leaf shares its canonical id). Duplicate columns, and a measure named like a "
+        "column, are reported by the reader as load-issue.",
+    ),
+    "hidden-tag": (
+        INFORMATION,
+        "A memory tag naming a hidden model or column: the memory is still found "
+        "through it, but queries and search do not expose the entity.",
+    ),
 }
 SHARED_CODES = ("stale-tag", "stale-query", "load-issue")
 
@@ -75,8 +87,9 @@ class Finding:
 # --------------------------------------------------------------------------- which file is which
 
 
-def document_kind(path: str, location: StoreLocation, query_patterns: Iterable[str],
-                  memory_patterns: Iterable[str]) -> str:
+def document_kind(
+    path: str, location: StoreLocation, query_patterns: Iterable[str], memory_patterns: Iterable[str]
+) -> str:
     """The document kind of a file as the language server classifies it: the YAML store's own files
     by their place in the store, then the memory and query patterns."""
     root = location.path if location.backend == "yaml" else None
@@ -88,8 +101,12 @@ def is_store_file(kind: str, path: str | None, location: StoreLocation) -> bool:
     model and datasource files, and memory files in the YAML store's ``memories/``."""
     if kind in ("model", "datasource"):
         return True
-    return (kind == "memory" and location.backend == "yaml" and path is not None
-            and os.path.dirname(path) == str(location.path / "memories"))
+    return (
+        kind == "memory"
+        and location.backend == "yaml"
+        and path is not None
+        and os.path.dirname(path) == str(location.path / "memories")
+    )
 
 
 # --------------------------------------------------------------------------- locating keys
@@ -190,8 +207,15 @@ def check_store(catalog: Catalog) -> list[Finding]:
     return out
 
 
-def _finding(loc: _Locator, source: Source, keys: tuple[Any, ...], code: str, message: str,
-             severity: str | None = None, front_matter: bool = False) -> Finding:
+def _finding(
+    loc: _Locator,
+    source: Source,
+    keys: tuple[Any, ...],
+    code: str,
+    message: str,
+    severity: str | None = None,
+    front_matter: bool = False,
+) -> Finding:
     path, span, suffix = loc.at(source, keys, front_matter)
     return Finding(path, span, severity or all_codes()[code][0], code, message + suffix)
 
@@ -209,21 +233,46 @@ def _check_joins(catalog: Catalog, mid: str, model: d.Model, source: Source, loc
         target_id = f"{ds}.{join.target_model}"
         target = catalog.model(ds, join.target_model)
         if target is None:
-            out.append(_finding(loc, source, ("joins", i, "target_model"), "unknown-join-target",
-                                f"model '{mid}' joins '{join.target_model}': no model '{join.target_model}' "
-                                f"in datasource '{ds}'"))
+            out.append(
+                _finding(
+                    loc,
+                    source,
+                    ("joins", i, "target_model"),
+                    "unknown-join-target",
+                    f"model '{mid}' joins '{join.target_model}': no model '{join.target_model}' "
+                    f"in datasource '{ds}'",
+                )
+            )
         for k, pair in enumerate(join.join_pairs):
             if len(pair) != 2:
                 continue
             left, right = pair
             if not _awaits_columns(model) and left not in own:
-                out.append(_finding(loc, source, ("joins", i, "join_pairs", k, 0), "unknown-join-key",
-                                    f"model '{mid}' joins '{join.target_model}' on '{left}': no column "
-                                    f"'{left}' on model '{mid}'"))
-            if target is not None and not _awaits_columns(target) and right not in {c.name for c in target.columns}:
-                out.append(_finding(loc, source, ("joins", i, "join_pairs", k, 1), "unknown-join-key",
-                                    f"model '{mid}' joins '{join.target_model}' on '{right}': no column "
-                                    f"'{right}' on model '{target_id}'"))
+                out.append(
+                    _finding(
+                        loc,
+                        source,
+                        ("joins", i, "join_pairs", k, 0),
+                        "unknown-join-key",
+                        f"model '{mid}' joins '{join.target_model}' on '{left}': no column "
+                        f"'{left}' on model '{mid}'",
+                    )
+                )
+            if (
+                target is not None
+                and not _awaits_columns(target)
+                and right not in {c.name for c in target.columns}
+            ):
+                out.append(
+                    _finding(
+                        loc,
+                        source,
+                        ("joins", i, "join_pairs", k, 1),
+                        "unknown-join-key",
+                        f"model '{mid}' joins '{join.target_model}' on '{right}': no column "
+                        f"'{right}' on model '{target_id}'",
+                    )
+                )
     return out
 
 
@@ -237,8 +286,15 @@ def _check_leaves(mid: str, model: d.Model, source: Source, loc: _Locator) -> li
         if not m.name or m.name in columns:
             continue
         if m.name in measures:
-            out.append(_finding(loc, source, ("measures", j, "name"), "duplicate-leaf",
-                                f"model '{mid}' has two measures named '{m.name}' (SLayer refuses the model)"))
+            out.append(
+                _finding(
+                    loc,
+                    source,
+                    ("measures", j, "name"),
+                    "duplicate-leaf",
+                    f"model '{mid}' has two measures named '{m.name}' (SLayer refuses the model)",
+                )
+            )
         else:
             measures[m.name] = j
     aggs: set[str] = set()
@@ -252,9 +308,17 @@ def _check_leaves(mid: str, model: d.Model, source: Source, loc: _Locator) -> li
         else:
             aggs.add(a.name)
             continue
-        out.append(_finding(loc, source, ("aggregations", j, "name"), "duplicate-leaf",
-                            f"model '{mid}': aggregation '{a.name}' has the name of {what}; both would be "
-                            f"'{mid}.{a.name}' (the first is used)", severity=WARNING))
+        out.append(
+            _finding(
+                loc,
+                source,
+                ("aggregations", j, "name"),
+                "duplicate-leaf",
+                f"model '{mid}': aggregation '{a.name}' has the name of {what}; both would be "
+                f"'{mid}.{a.name}' (the first is used)",
+                severity=WARNING,
+            )
+        )
     return out
 
 
@@ -271,8 +335,15 @@ def _check_priority(catalog: Catalog, loc: _Locator) -> list[Finding]:
         keys = ("priority", i) if nested else (i,)
         close = difflib.get_close_matches(name, list(catalog.datasources), n=1, cutoff=0.6)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        out.append(_finding(loc, doc.source, keys, "unknown-priority-datasource",
-                            f"datasource priority names '{name}', which is not a datasource of the store{hint}"))
+        out.append(
+            _finding(
+                loc,
+                doc.source,
+                keys,
+                "unknown-priority-datasource",
+                f"datasource priority names '{name}', which is not a datasource of the store{hint}",
+            )
+        )
     return out
 
 
@@ -290,14 +361,29 @@ def _check_memory(catalog: Catalog, mem: d.Memory, source: Source, loc: _Locator
             why = f"not a canonical id; it resolves to {canonical}" if error is None and canonical else error
             names = [canonical] if error is None and canonical else diag.suggest_canonical(tag, catalog)
             hint = f"; did you mean '{names[0]}'?" if names and names[0] != canonical else ""
-            out.append(_finding(loc, source, keys, "stale-tag", f"{ref}: stale tag '{tag}': {why}{hint}",
-                                front_matter=True))
+            out.append(
+                _finding(
+                    loc,
+                    source,
+                    keys,
+                    "stale-tag",
+                    f"{ref}: stale tag '{tag}': {why}{hint}",
+                    front_matter=True,
+                )
+            )
             continue
         ent = catalog.get(tag)
         if ent is not None and ent.hidden and ent.kind in ("model", "column", "measure", "aggregation"):
-            out.append(_finding(loc, source, keys, "hidden-tag",
-                                f"{ref}: tag '{tag}' names a hidden {ent.kind}: queries and search do not "
-                                "expose it", front_matter=True))
+            out.append(
+                _finding(
+                    loc,
+                    source,
+                    keys,
+                    "hidden-tag",
+                    f"{ref}: tag '{tag}' names a hidden {ent.kind}: queries and search do not expose it",
+                    front_matter=True,
+                )
+            )
     warning = stale_query_warning(catalog, mem)
     if warning is not None:
         out.append(_finding(loc, source, ("query",), "stale-query", warning, front_matter=True))
@@ -313,8 +399,15 @@ def _load_issues(issues: Iterable[LoadIssue], loc: _Locator) -> list[Finding]:
         src = issue.source
         severity = ERROR if issue.severity == "error" else WARNING
         if src.table is not None:
-            out.append(Finding(src.path, Span(0, 0, 0), severity, "load-issue",
-                               f"{issue.message} [{src.table} row '{src.row}']"))
+            out.append(
+                Finding(
+                    src.path,
+                    Span(0, 0, 0),
+                    severity,
+                    "load-issue",
+                    f"{issue.message} [{src.table} row '{src.row}']",
+                )
+            )
             continue
         m = _LINE_COL.search(issue.message)
         span = Span(int(m.group(1)) - 1, int(m.group(2)) - 1, int(m.group(2)) - 1) if m else Span(0, 0, 0)

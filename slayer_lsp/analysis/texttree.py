@@ -163,8 +163,11 @@ def _from_yaml(node: Any, text: str) -> Node:
             text_start = start + 1
         else:
             text_start = start
-        verbatim = isinstance(value, str) and style in (None, "'", '"') and \
-            text[text_start:text_start + len(value)] == value
+        verbatim = (
+            isinstance(value, str)
+            and style in (None, "'", '"')
+            and text[text_start : text_start + len(value)] == value
+        )
         return Scalar(value, start, end, text_start, verbatim, quoted=style in ("'", '"'))
     if isinstance(node, yaml.MappingNode):
         items = []
@@ -204,13 +207,19 @@ def compose_yaml(text: str) -> tuple[Node, SyntaxIssue | None, bool]:
         span = Span(line, min(col, width), max(min(col, width), min(col + 1, width)))
         return YamlScanner(text).parse(), SyntaxIssue(span, "invalid-yaml", message), False
     except Exception as exc:  # noqa: BLE001 - recursion limits and the like: the scanner still answers
-        return YamlScanner(text).parse(), SyntaxIssue(Span(0, 0, 0), "invalid-yaml", f"invalid YAML: {exc}"), False
+        return (
+            YamlScanner(text).parse(),
+            SyntaxIssue(Span(0, 0, 0), "invalid-yaml", f"invalid YAML: {exc}"),
+            False,
+        )
     return tree, None, True
 
 
 # ----- tolerant block-YAML scanner (text mid-edit)
 
-_KEY_RE = re.compile(r"""(?:"(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^\s#'"\[\]{},:-][^:#]*?|-[^\s:#][^:#]*?)\s*:(?=\s|$)""")
+_KEY_RE = re.compile(
+    r"""(?:"(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^\s#'"\[\]{},:-][^:#]*?|-[^\s:#][^:#]*?)\s*:(?=\s|$)"""
+)
 
 
 def _strip_comment(s: str) -> str:
@@ -273,7 +282,7 @@ class YamlScanner:
 
     def _is_item(self, li: int, col: int) -> bool:
         ln = self.lines[li]
-        return ln[col:col + 1] == "-" and (len(ln) == col + 1 or ln[col + 1] in " \t")
+        return ln[col : col + 1] == "-" and (len(ln) == col + 1 or ln[col + 1] in " \t")
 
     def _key_at(self, li: int, col: int) -> re.Match[str] | None:
         return _KEY_RE.match(self.lines[li], col)
@@ -358,16 +367,23 @@ class YamlScanner:
             first = False
             key_raw = m.group(0)[:-1].rstrip()
             kval, koff, kverb, kq = _unquote(key_raw)
-            key = Scalar(kval, self._off(li, col), self._off(li, col + len(key_raw)), self._off(li, col + koff),
-                         kverb, kq)
+            key = Scalar(
+                kval,
+                self._off(li, col),
+                self._off(li, col + len(key_raw)),
+                self._off(li, col + koff),
+                kverb,
+                kq,
+            )
             vcol = m.end()
             while vcol < len(line) and line[vcol] in " \t":
                 vcol += 1
             rest = _strip_comment(line[vcol:])
             if not rest:
                 nli = self._next(li + 1)
-                if nli < self.n and (self._indent(nli) > col or
-                                     (self._indent(nli) == col and self._is_item(nli, col))):
+                if nli < self.n and (
+                    self._indent(nli) > col or (self._indent(nli) == col and self._is_item(nli, col))
+                ):
                     child, li = self._node(nli, self._indent(nli))
                 else:
                     pos = self._off(li, vcol)
@@ -379,9 +395,15 @@ class YamlScanner:
                 child = self._flow(li, vcol, rest)
                 li += 1
                 # continuation lines of a multi-line plain scalar
-                while li < self.n and not self._blank(li) and self._indent(li) > col \
-                        and not self._key_at(li, self._indent(li)) and not self._is_item(li, self._indent(li)) \
-                        and isinstance(child, Scalar) and not child.quoted:
+                while (
+                    li < self.n
+                    and not self._blank(li)
+                    and self._indent(li) > col
+                    and not self._key_at(li, self._indent(li))
+                    and not self._is_item(li, self._indent(li))
+                    and isinstance(child, Scalar)
+                    and not child.quoted
+                ):
                     cont = self.lines[li].strip()
                     child.value = f"{child.value} {cont}" if child.value else cont
                     child.end = self._off(li, len(self.lines[li]))
@@ -448,8 +470,11 @@ def _parse_flow(s: str, i: int, base: int, nested: bool = False) -> tuple[Node, 
                 i = item_start + 1
                 continue
             if opening == "{":
-                key = item if isinstance(item, Scalar) else Scalar("", base + item_start, base + i,
-                                                                   base + item_start, True)
+                key = (
+                    item
+                    if isinstance(item, Scalar)
+                    else Scalar("", base + item_start, base + i, base + item_start, True)
+                )
                 entry: Node = None
                 while i < len(s) and s[i] in " \t":
                     i += 1
@@ -498,7 +523,9 @@ def _parse_flow(s: str, i: int, base: int, nested: bool = False) -> tuple[Node, 
             depth += 1
         elif ch in ")]" and depth > 0:
             depth -= 1
-        elif nested and depth == 0 and (ch in _FLOW_STOP or (ch == ":" and j + 1 < len(s) and s[j + 1] == " ")):
+        elif (
+            nested and depth == 0 and (ch in _FLOW_STOP or (ch == ":" and j + 1 < len(s) and s[j + 1] == " "))
+        ):
             break
         elif ch in "'\"":
             close = s.find(ch, j + 1)
@@ -518,6 +545,7 @@ def _plain_value(raw: str) -> Any:
 
 
 # ----- tolerant JSON scanner
+
 
 class JsonScanner:
     """JSON with positions, never raising: an unterminated string ends at the line's end, a missing
@@ -577,7 +605,7 @@ class JsonScanner:
             if ch == "\n":
                 break
             j += 1
-        body = self.s[i + 1:min(j, self.n)]
+        body = self.s[i + 1 : min(j, self.n)]
         try:
             value = json.loads(f'"{body}"')
         except ValueError:
@@ -637,8 +665,11 @@ def parse_json(text: str) -> tuple[Node, SyntaxIssue | None]:
         line = max(exc.lineno - 1, 0)
         col = max(exc.colno - 1, 0)
         width = len(lines[line]) if line < len(lines) else 0
-        problem = SyntaxIssue(Span(line, min(col, width), min(col + 1, width) if width else 0), "invalid-json",
-                          f"invalid JSON: {exc.msg}")
+        problem = SyntaxIssue(
+            Span(line, min(col, width), min(col + 1, width) if width else 0),
+            "invalid-json",
+            f"invalid JSON: {exc.msg}",
+        )
     except RecursionError:
         problem = SyntaxIssue(Span(0, 0, 0), "invalid-json", "invalid JSON: nested too deeply")
     try:

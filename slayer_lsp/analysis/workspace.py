@@ -32,8 +32,12 @@ class WorkspaceDoc:
     is_open: bool
 
 
-def walk_folder(root: str | Path, query_patterns: Iterable[str], memory_patterns: Iterable[str],
-                skip_under: str | Path | None = None) -> Iterator[tuple[str, str]]:
+def walk_folder(
+    root: str | Path,
+    query_patterns: Iterable[str],
+    memory_patterns: Iterable[str],
+    skip_under: str | Path | None = None,
+) -> Iterator[tuple[str, str]]:
     """(path, kind) of the query and memory files below ``root``; ``skip_under`` (the store) is left
     out: its files are the catalog's."""
     qp, mp = tuple(query_patterns), tuple(memory_patterns)
@@ -92,9 +96,14 @@ class DocCache:
 CACHE = DocCache()
 
 
-def workspace_documents(folders: Iterable[str | Path], open_docs: Mapping[str, tuple[str | None, dm.ParsedDocument]],
-                        query_patterns: Iterable[str], memory_patterns: Iterable[str],
-                        store_root: str | Path | None = None, cache: DocCache = CACHE) -> list[WorkspaceDoc]:
+def workspace_documents(
+    folders: Iterable[str | Path],
+    open_docs: Mapping[str, tuple[str | None, dm.ParsedDocument]],
+    query_patterns: Iterable[str],
+    memory_patterns: Iterable[str],
+    store_root: str | Path | None = None,
+    cache: DocCache = CACHE,
+) -> list[WorkspaceDoc]:
     """Every query and memory document of the workspace: the open ones as they are in the editor
     (``open_docs``: key -> (path, parse)), the others as saved. Store files are left to the catalog."""
     out: list[WorkspaceDoc] = []

@@ -17,7 +17,7 @@ def is_memory_ref(ref: str) -> bool:
 
 
 def memory_id_of(ref: str) -> str:
-    return ref[len(MEMORY_PREFIX):]
+    return ref[len(MEMORY_PREFIX) :]
 
 
 def rooted_at(canonical: str, datasource: str) -> bool:

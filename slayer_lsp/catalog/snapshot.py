@@ -139,8 +139,9 @@ class Catalog:
         if read.unchanged and self.fatal is None:
             return self, Delta()
         old_docs, new_docs = self.docs, read.docs
-        changed_keys = [k for k, doc in new_docs.items()
-                        if (old := old_docs.get(k)) is None or old.digest != doc.digest]
+        changed_keys = [
+            k for k, doc in new_docs.items() if (old := old_docs.get(k)) is None or old.digest != doc.digest
+        ]
         removed_keys = [k for k in old_docs if k not in new_docs]
         load_issues = tuple(read.issues)
         if not changed_keys and not removed_keys:
@@ -152,8 +153,11 @@ class Catalog:
         base = self.entities if isinstance(self.entities, immutables.Map) else immutables.Map(self.entities)
         entities = base.mutate()
         children = dict(self.children_of)
-        by_name = {k: list(v) for k, v in self.models_by_name.items()} if self._touches_models(
-            changed_keys, removed_keys) else None
+        by_name = (
+            {k: list(v) for k, v in self.models_by_name.items()}
+            if self._touches_models(changed_keys, removed_keys)
+            else None
+        )
         counts = dict(self.counts())
         doc_issues = self.document_issue_count()
         before: dict[str, Entity] = {}
@@ -214,11 +218,22 @@ class Catalog:
         if datasources_touched:
             datasource_names = tuple(sorted(k.name for k in docs if k.kind == "datasource"))
         snap = Catalog(
-            self.location, MappingProxyType(docs), entities.finish(), MappingProxyType(children),
-            MappingProxyType({k: tuple(v) for k, v in by_name.items()}) if by_name is not None
+            self.location,
+            MappingProxyType(docs),
+            entities.finish(),
+            MappingProxyType(children),
+            MappingProxyType({k: tuple(v) for k, v in by_name.items()})
+            if by_name is not None
             else self.models_by_name,
-            memory_order, priority, load_issues, None, self.generation + 1,
-            model_order, datasource_names, MappingProxyType({k: n for k, n in counts.items() if n}), doc_issues,
+            memory_order,
+            priority,
+            load_issues,
+            None,
+            self.generation + 1,
+            model_order,
+            datasource_names,
+            MappingProxyType({k: n for k, n in counts.items() if n}),
+            doc_issues,
         )
         return snap, delta
 
@@ -227,8 +242,12 @@ class Catalog:
         return any(k.kind == "model" for keys in key_lists for k in keys)
 
     @staticmethod
-    def _unlink(doc: StoredDoc, children: dict[str, tuple[str, ...]], ds_models: dict[str, set[str]],
-                by_name: dict[str, list[str]] | None) -> None:
+    def _unlink(
+        doc: StoredDoc,
+        children: dict[str, tuple[str, ...]],
+        ds_models: dict[str, set[str]],
+        by_name: dict[str, list[str]] | None,
+    ) -> None:
         value = doc.value
         if isinstance(value, d.Model):
             ds = value.data_source or ""
@@ -241,8 +260,13 @@ class Catalog:
                     del by_name[value.name]
 
     @staticmethod
-    def _link(doc: StoredDoc, entities: list[Entity], children: dict[str, tuple[str, ...]],
-              ds_models: dict[str, set[str]], by_name: dict[str, list[str]] | None) -> None:
+    def _link(
+        doc: StoredDoc,
+        entities: list[Entity],
+        children: dict[str, tuple[str, ...]],
+        ds_models: dict[str, set[str]],
+        by_name: dict[str, list[str]] | None,
+    ) -> None:
         value = doc.value
         if isinstance(value, d.Model):
             ds = value.data_source or ""
@@ -256,10 +280,25 @@ class Catalog:
                     names.sort()
 
     def _replace(self, **changes: object) -> Catalog:
-        fields = {f: getattr(self, f) for f in ("location", "docs", "entities", "children_of", "models_by_name",
-                                                 "memory_order", "priority", "load_issues", "fatal",
-                                                 "generation", "model_order", "datasource_names", "kind_counts",
-                                                 "doc_issue_count")}
+        fields = {
+            f: getattr(self, f)
+            for f in (
+                "location",
+                "docs",
+                "entities",
+                "children_of",
+                "models_by_name",
+                "memory_order",
+                "priority",
+                "load_issues",
+                "fatal",
+                "generation",
+                "model_order",
+                "datasource_names",
+                "kind_counts",
+                "doc_issue_count",
+            )
+        }
         fields.update(changes)
         return Catalog(**fields)
 
@@ -285,24 +324,30 @@ class Catalog:
     def datasources_in_order(self) -> tuple[str, ...]:
         if self.datasource_names is not None:
             return self.datasource_names
-        return self._lazy("datasource names", lambda: tuple(sorted(k.name for k in self.docs if k.kind == "datasource")))
+        return self._lazy(
+            "datasource names", lambda: tuple(sorted(k.name for k in self.docs if k.kind == "datasource"))
+        )
 
     def models_in_order(self) -> tuple[str, ...]:
         """Model ids in SLayer's listing order (datasource, then name)."""
         if self.model_order is not None:
             return self.model_order
-        return self._lazy("model order", lambda: tuple(sorted(
-            (k.name for k in self.docs if k.kind == "model"), key=_model_key)))
+        return self._lazy(
+            "model order",
+            lambda: tuple(sorted((k.name for k in self.docs if k.kind == "model"), key=_model_key)),
+        )
 
     def counts(self) -> Mapping[str, int]:
         """Entities per kind, hidden ones included."""
         if self.kind_counts is not None:
             return self.kind_counts
+
         def build() -> dict[str, int]:
             out: dict[str, int] = {}
             for ent in self.entities.values():
                 out[ent.kind] = out.get(ent.kind, 0) + 1
             return out
+
         return self._lazy("counts", build)
 
     def document_issue_count(self) -> int:
@@ -325,11 +370,13 @@ class Catalog:
                 if isinstance(value, d.Datasource):
                     out[name] = value
             return out
+
         return self._lazy("datasources", build)
 
     @property
     def models(self) -> dict[str, d.Model]:
         """``"ds.model"`` -> model, in SLayer's listing order (datasource, then name)."""
+
         def build() -> dict[str, d.Model]:
             out = {}
             for mid in self.models_in_order():
@@ -337,11 +384,13 @@ class Catalog:
                 if isinstance(value, d.Model):
                     out[mid] = value
             return out
+
         return self._lazy("models", build)
 
     @property
     def memories(self) -> dict[str, d.Memory]:
         """Memory id -> memory, in the backend's listing order."""
+
         def build() -> dict[str, d.Memory]:
             out = {}
             for mid in self.memory_order:
@@ -349,6 +398,7 @@ class Catalog:
                 if isinstance(mem, d.Memory):  # always (the key's kind fixes the value's type)
                     out[mid] = mem
             return out
+
         return self._lazy("memories", build)
 
     def model(self, datasource: str, name: str) -> d.Model | None:
@@ -372,13 +422,15 @@ class Catalog:
     @property
     def issues(self) -> tuple[LoadIssue, ...]:
         """Documents that did not load, then notes on documents that did."""
-        return self._lazy("issues", lambda: self.load_issues + tuple(
-            i for doc in self.docs.values() for i in doc.issues))
+        return self._lazy(
+            "issues", lambda: self.load_issues + tuple(i for doc in self.docs.values() for i in doc.issues)
+        )
 
     def searchable_ids(self) -> tuple[str, ...]:
         """Every searchable canonical id in SLayer's corpus order: datasources (sorted), then each
         visible model with its visible leaves, then memories in storage order. Hidden models and
         columns are not searchable; there are no virtual time_spine entities (they never resolve)."""
+
         def build() -> tuple[str, ...]:
             out: list[str] = sorted(self.datasources)
             for mid, model in self.models.items():
@@ -388,6 +440,7 @@ class Catalog:
                 out.extend(c for c in self.children(mid) if not self.entities[c].hidden)
             out.extend(memory_ref(m) for m in self.memory_order)
             return tuple(out)
+
         return self._lazy("searchable", build)
 
     def iter_entities(self, kinds: Iterable[str] | None = None) -> Iterator[Entity]:

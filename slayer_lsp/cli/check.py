@@ -37,8 +37,9 @@ FORMATS = ("text", "json", "github", "sarif")
 RANK = {"error": 3, "warning": 2, "information": 1, "hint": 0}
 DOC_SOURCE = "slayer"  # the ``source`` the editor shows on a document diagnostic
 # store-level codes that the document diagnostics of the same file report themselves, more precisely
-COVERED_BY_DOCUMENT = frozenset({"stale-tag", "stale-query", "load-issue", "unknown-join-target",
-                                 "unknown-join-key"})
+COVERED_BY_DOCUMENT = frozenset(
+    {"stale-tag", "stale-query", "load-issue", "unknown-join-target", "unknown-join-key"}
+)
 SKIP_DIRS = frozenset({"node_modules", "__pycache__"})
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://pypi.org/project/motley-slayer/"
@@ -71,47 +72,81 @@ class Result:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="query files, memory files, or directories to walk with the server's default file "
-                        "patterns; without paths only the store is checked")
-    p.add_argument("--storage", metavar="PATH",
-                   help="store path or URI (default: $SLAYER_STORAGE, $SLAYER_MODELS_DIR, then the XDG data dir)")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="query files, memory files, or directories to walk with the server's default file "
+        "patterns; without paths only the store is checked",
+    )
+    p.add_argument(
+        "--storage",
+        metavar="PATH",
+        help="store path or URI (default: $SLAYER_STORAGE, $SLAYER_MODELS_DIR, then the XDG data dir)",
+    )
     p.add_argument("--format", choices=FORMATS, default="text", help="output format (default text)")
-    p.add_argument("--fail-on", choices=("error", "warning"), default="error",
-                   help="lowest severity that makes the exit code 1 (default error)")
-    p.add_argument("--impact", nargs="+", action="extend", metavar="ENTITY",
-                   help="instead of checking, list what would break if these entities (canonical ids of "
-                        "datasources, models, columns, measures, aggregations) were removed or renamed: the "
-                        "store's measures, aggregations, joins, model filters and memories, and the query and "
-                        "memory files among PATH; exit code 1 when something would")
+    p.add_argument(
+        "--fail-on",
+        choices=("error", "warning"),
+        default="error",
+        help="lowest severity that makes the exit code 1 (default error)",
+    )
+    p.add_argument(
+        "--impact",
+        nargs="+",
+        action="extend",
+        metavar="ENTITY",
+        help="instead of checking, list what would break if these entities (canonical ids of "
+        "datasources, models, columns, measures, aggregations) were removed or renamed: the "
+        "store's measures, aggregations, joins, model filters and memories, and the query and "
+        "memory files among PATH; exit code 1 when something would",
+    )
     add_scope_arguments(p)
 
 
 def add_scope_arguments(p: argparse.ArgumentParser) -> None:
     """The session scope (``reach.scope``): what lies outside it is unreachable on every path."""
-    p.add_argument("--scope-datasource", action="append", dest="scope_datasources", metavar="DS",
-                   help="reach only this datasource (repeatable; default every datasource)")
-    p.add_argument("--access-tag", action="append", dest="access_tags", metavar="TAG",
-                   help="the caller's SLayer access tag (repeatable): a model with access_tags is reachable "
-                        "only when it shares one (default: no access restriction)")
-    p.add_argument("--untagged-only", action="store_true",
-                   help="the caller holds no access tag: only models without access_tags are reachable")
+    p.add_argument(
+        "--scope-datasource",
+        action="append",
+        dest="scope_datasources",
+        metavar="DS",
+        help="reach only this datasource (repeatable; default every datasource)",
+    )
+    p.add_argument(
+        "--access-tag",
+        action="append",
+        dest="access_tags",
+        metavar="TAG",
+        help="the caller's SLayer access tag (repeatable): a model with access_tags is reachable "
+        "only when it shares one (default: no access restriction)",
+    )
+    p.add_argument(
+        "--untagged-only",
+        action="store_true",
+        help="the caller holds no access tag: only models without access_tags are reachable",
+    )
 
 
 def scope_from_args(args: argparse.Namespace) -> Scope:
     from slayer_lsp.reach.scope import Scope
 
     try:
-        return Scope.of(getattr(args, "scope_datasources", None), getattr(args, "access_tags", None),
-                        untagged_only=getattr(args, "untagged_only", False))
+        return Scope.of(
+            getattr(args, "scope_datasources", None),
+            getattr(args, "access_tags", None),
+            untagged_only=getattr(args, "untagged_only", False),
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register the ``check`` subcommand on the main parser's subparsers."""
-    p = sub.add_parser("check", help="check the store and query/memory files as the editor does (for CI); "
-                                     "also spelled --check")
+    p = sub.add_parser(
+        "check",
+        help="check the store and query/memory files as the editor does (for CI); also spelled --check",
+    )
     add_arguments(p)
     return p
 
@@ -121,7 +156,7 @@ def rewrite_check_flag(argv: list[str]) -> list[str]:
     if "--check" not in argv:
         return argv
     i = argv.index("--check")
-    return [*argv[:i], "check", *argv[i + 1:]]
+    return [*argv[:i], "check", *argv[i + 1 :]]
 
 
 # --------------------------------------------------------------------------- collecting
@@ -220,14 +255,28 @@ def _display(path: str, cwd: str) -> str:
 
 
 def _result(path: str, span: Any, severity: str, code: str, message: str, source: str, cwd: str) -> Result:
-    return Result(_display(path, cwd), span.line + 1, span.start + 1, span.line + 1, span.end + 1,
-                  severity, code, message, source)
+    return Result(
+        _display(path, cwd),
+        span.line + 1,
+        span.start + 1,
+        span.line + 1,
+        span.end + 1,
+        severity,
+        code,
+        message,
+        source,
+    )
 
 
 IMPACT_CODE = "would-break"
-IMPACT_CODES = {IMPACT_CODE: ("error", "Something that uses an entity given to --impact: removing or renaming "
-                                       "the entity breaks it (directly, or through the measures and joins "
-                                       "named in the message).")}
+IMPACT_CODES = {
+    IMPACT_CODE: (
+        "error",
+        "Something that uses an entity given to --impact: removing or renaming "
+        "the entity breaks it (directly, or through the measures and joins "
+        "named in the message).",
+    )
+}
 
 
 @dataclass
@@ -238,8 +287,13 @@ class Report:
     impact: tuple[str, ...] | None = None  # the entities of a --impact run
 
 
-def run_impact(entities: list[str], paths: list[str], storage: str | None, cwd: str | None = None,
-               scope: Scope | None = None) -> Report:
+def run_impact(
+    entities: list[str],
+    paths: list[str],
+    storage: str | None,
+    cwd: str | None = None,
+    scope: Scope | None = None,
+) -> Report:
     """What uses each entity (``analysis.impact``, the editor's own answer), one finding per use at
     its location. An entity the store does not have is a usage error."""
     from slayer_lsp.analysis import parsed_file as dm
@@ -268,13 +322,28 @@ def run_impact(entities: list[str], paths: list[str], storage: str | None, cwd: 
             raise UsageError(str(exc)) from exc
         for u in found.uses:
             what = {"query": "the query", "memory": "the memory"}.get(u.kind, f"the {u.kind}")
-            name = _display(u.name, cwd) if u.kind in ("query", "memory") and os.path.isabs(u.name) else u.name
+            name = (
+                _display(u.name, cwd) if u.kind in ("query", "memory") and os.path.isabs(u.name) else u.name
+            )
             chain = [*reversed(u.via), entity] if u.via else [u.target]
-            message = f"{what} {name} uses {', which uses '.join(chain)}: removing or renaming {entity} breaks it"
+            message = (
+                f"{what} {name} uses {', which uses '.join(chain)}: removing or renaming {entity} breaks it"
+            )
             loc = u.location
             if loc is None:
-                results.append(Result(_display(str(location.path), cwd), 1, 1, 1, 1, "error", IMPACT_CODE,
-                                      message, DOC_SOURCE))
+                results.append(
+                    Result(
+                        _display(str(location.path), cwd),
+                        1,
+                        1,
+                        1,
+                        1,
+                        "error",
+                        IMPACT_CODE,
+                        message,
+                        DOC_SOURCE,
+                    )
+                )
                 continue
             if loc.detail:
                 message += f" ({loc.detail})"
@@ -283,7 +352,9 @@ def run_impact(entities: list[str], paths: list[str], storage: str | None, cwd: 
     return Report(results, str(location), len(docs), tuple(entities))
 
 
-def run_check(paths: list[str], storage: str | None, cwd: str | None = None, scope: Scope | None = None) -> Report:
+def run_check(
+    paths: list[str], storage: str | None, cwd: str | None = None, scope: Scope | None = None
+) -> Report:
     """Every finding, sorted by path and position. Raises ``UsageError`` for a bad path or a store
     that cannot be read at all. Under a ``scope`` (``reach.scope.Scope``) only the reachable
     catalog is checked, and a reference to something outside it is unknown, like a missing one."""
@@ -299,9 +370,22 @@ def run_check(paths: list[str], storage: str | None, cwd: str | None = None, sco
             found = diagnose_file(path, kind, catalog, location)
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"{path}: cannot be read: {exc}") from exc
-        except RecursionError:  # nested past what the editor's parser follows (the store reader refuses it too)
-            results.append(Result(_display(path, cwd), 1, 1, 1, 1, "error", "invalid-yaml",
-                                  "nested too deeply to be analysed", DOC_SOURCE))
+        except (
+            RecursionError
+        ):  # nested past what the editor's parser follows (the store reader refuses it too)
+            results.append(
+                Result(
+                    _display(path, cwd),
+                    1,
+                    1,
+                    1,
+                    1,
+                    "error",
+                    "invalid-yaml",
+                    "nested too deeply to be analysed",
+                    DOC_SOURCE,
+                )
+            )
             continue  # not covered: the store's own finding about this file stays
         covered.add(path)
         results.extend(_result(path, x.span, x.severity, x.code, x.message, DOC_SOURCE, cwd) for x in found)
@@ -346,17 +430,28 @@ def summary(report: Report) -> str:
 
 
 def format_text(report: Report) -> str:
-    lines = [f"{r.path}:{r.line}:{r.column}: {r.severity}[{r.code}] {_one_line(r.message)}" for r in report.results]
+    lines = [
+        f"{r.path}:{r.line}:{r.column}: {r.severity}[{r.code}] {_one_line(r.message)}" for r in report.results
+    ]
     lines.append(summary(report))
     return "\n".join(lines) + "\n"
 
 
 def format_json(report: Report) -> str:
-    items = [{"path": r.path,
-              "range": {"start": {"line": r.line, "column": r.column},
-                        "end": {"line": r.end_line, "column": r.end_column}},
-              "severity": r.severity, "code": r.code, "message": r.message, "source": r.source}
-             for r in report.results]
+    items = [
+        {
+            "path": r.path,
+            "range": {
+                "start": {"line": r.line, "column": r.column},
+                "end": {"line": r.end_line, "column": r.end_column},
+            },
+            "severity": r.severity,
+            "code": r.code,
+            "message": r.message,
+            "source": r.source,
+        }
+        for r in report.results
+    ]
     return json.dumps(items, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -376,8 +471,14 @@ _GITHUB_LEVEL = {"error": "error", "warning": "warning", "information": "notice"
 def format_github(report: Report) -> str:
     out = []
     for r in report.results:
-        props = [("file", r.path), ("line", str(r.line)), ("col", str(r.column)), ("endLine", str(r.end_line)),
-                 ("endColumn", str(r.end_column)), ("title", f"slayer-lsp ({r.code})")]
+        props = [
+            ("file", r.path),
+            ("line", str(r.line)),
+            ("col", str(r.column)),
+            ("endLine", str(r.end_line)),
+            ("endColumn", str(r.end_column)),
+            ("title", f"slayer-lsp ({r.code})"),
+        ]
         head = ",".join(f"{k}={escape_property(v)}" for k, v in props)
         out.append(f"::{_GITHUB_LEVEL.get(r.severity, 'error')} {head}::{escape_data(r.message)}")
     return "".join(line + "\n" for line in out)
@@ -395,9 +496,16 @@ def sarif_log(report: Report, cwd: str | None = None) -> dict[str, Any]:
     from slayer_lsp.analysis.store_checks import all_codes
 
     codes = {**all_codes(), **(IMPACT_CODES if report.impact is not None else {})}
-    rules = [{"id": code, "name": _rule_name(code), "shortDescription": {"text": meaning},
-              "fullDescription": {"text": meaning}, "defaultConfiguration": {"level": _SARIF_LEVEL[severity]}}
-             for code, (severity, meaning) in codes.items()]
+    rules = [
+        {
+            "id": code,
+            "name": _rule_name(code),
+            "shortDescription": {"text": meaning},
+            "fullDescription": {"text": meaning},
+            "defaultConfiguration": {"level": _SARIF_LEVEL[severity]},
+        }
+        for code, (severity, meaning) in codes.items()
+    ]
     index = {code: i for i, code in enumerate(codes)}
     root = Path(cwd or os.getcwd()).absolute().as_uri().rstrip("/") + "/"
     results = []
@@ -407,20 +515,47 @@ def sarif_log(report: Report, cwd: str | None = None) -> dict[str, Any]:
         else:
             artifact = {"uri": Path(r.path).as_posix(), "uriBaseId": "SRCROOT"}
         result: dict[str, Any] = {
-            "ruleId": r.code, "level": _SARIF_LEVEL.get(r.severity, "error"), "message": {"text": r.message},
-            "locations": [{"physicalLocation": {"artifactLocation": artifact, "region": {
-                "startLine": r.line, "startColumn": r.column, "endLine": r.end_line, "endColumn": r.end_column}}}],
-            "properties": {"source": r.source}}
+            "ruleId": r.code,
+            "level": _SARIF_LEVEL.get(r.severity, "error"),
+            "message": {"text": r.message},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": artifact,
+                        "region": {
+                            "startLine": r.line,
+                            "startColumn": r.column,
+                            "endLine": r.end_line,
+                            "endColumn": r.end_column,
+                        },
+                    }
+                }
+            ],
+            "properties": {"source": r.source},
+        }
         if r.code in index:
             result["ruleIndex"] = index[r.code]
         results.append(result)
-    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [{
-        "tool": {"driver": {"name": "slayer-lsp", "version": __version__, "semanticVersion": __version__,
-                            "informationUri": INFORMATION_URI, "rules": rules}},
-        "originalUriBaseIds": {"SRCROOT": {"uri": root}},
-        "columnKind": "unicodeCodePoints",
-        "results": results,
-    }]}
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "slayer-lsp",
+                        "version": __version__,
+                        "semanticVersion": __version__,
+                        "informationUri": INFORMATION_URI,
+                        "rules": rules,
+                    }
+                },
+                "originalUriBaseIds": {"SRCROOT": {"uri": root}},
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
+    }
 
 
 def format_sarif(report: Report) -> str:

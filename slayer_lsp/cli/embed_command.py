@@ -59,8 +59,10 @@ class ProgressView:
         if self.tty:
             share = finished / total if total else 1.0
             filled = int(share * BAR)
-            line = (f"\r[{'#' * filled}{'.' * (BAR - filled)}] {share:4.0%} {lanes}, "
-                    f"{rate:,.0f} texts/s, {eta}\x1b[K")
+            line = (
+                f"\r[{'#' * filled}{'.' * (BAR - filled)}] {share:4.0%} {lanes}, "
+                f"{rate:,.0f} texts/s, {eta}\x1b[K"
+            )
             self._drawn = True
         else:
             line = f"embedding: {lanes}; {rate:,.0f} texts/s; {eta}\n"
@@ -91,7 +93,9 @@ def lane_totals(engine: Engine, worker: EmbeddingWorker) -> dict[str, int]:
     return totals
 
 
-def run_embed(engine: Engine, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *, tick: float = 0.2) -> int:
+def run_embed(
+    engine: Engine, out: TextIO = sys.stdout, err: TextIO = sys.stderr, *, tick: float = 0.2
+) -> int:
     """Wait for the engine's worker to embed everything, drawing progress on ``err``; Ctrl-C stops
     it after the provider call in flight (whose vectors are kept) and returns ``INTERRUPTED``."""
     worker = engine.dense
@@ -102,25 +106,37 @@ def run_embed(engine: Engine, out: TextIO = sys.stdout, err: TextIO = sys.stderr
     interrupted = False
     try:
         view.totals = lane_totals(engine, worker)
-        while not (worker.wait_idle(timeout=tick) and (worker.parts is None or worker.parts.wait_idle(timeout=tick))):
+        while not (
+            worker.wait_idle(timeout=tick) and (worker.parts is None or worker.parts.wait_idle(timeout=tick))
+        ):
             view.update(_done(worker), time.monotonic())
         view.update(_done(worker), time.monotonic(), force=True)
     except KeyboardInterrupt:
         interrupted = True
         view.end()
-        print("interrupted: finishing the batch in flight; the vectors made so far are kept "
-              "(run `slayer-lsp embed` again to embed the rest)", file=err, flush=True)
+        print(
+            "interrupted: finishing the batch in flight; the vectors made so far are kept "
+            "(run `slayer-lsp embed` again to embed the rest)",
+            file=err,
+            flush=True,
+        )
     view.end()
     try:
         engine.close()  # waits for the provider call in flight, whose vectors are written
     except KeyboardInterrupt:  # a second Ctrl-C: leave now (every write so far is committed)
         return INTERRUPTED
     st = worker.status()
-    print(f"{st.model}: {st.rows} rows, {st.embedded} embedded now, {st.reused} reused, {st.failed} failed"
-          + (f" (last error: {st.last_error})" if st.last_error else ""), file=out)
+    print(
+        f"{st.model}: {st.rows} rows, {st.embedded} embedded now, {st.reused} reused, {st.failed} failed"
+        + (f" (last error: {st.last_error})" if st.last_error else ""),
+        file=out,
+    )
     if st.parts is not None:
-        print(f"part vectors (facets): {st.parts.rows} rows, {st.parts.embedded} embedded now, "
-              f"{st.parts.reused} reused, {st.parts.failed} failed", file=out)
+        print(
+            f"part vectors (facets): {st.parts.rows} rows, {st.parts.embedded} embedded now, "
+            f"{st.parts.reused} reused, {st.parts.failed} failed",
+            file=out,
+        )
     if interrupted:
         return INTERRUPTED
     for w in st.warnings():

@@ -23,87 +23,151 @@ if TYPE_CHECKING:
 
 
 def _storage_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--storage", metavar="PATH",
-                   help="store path or URI (default: $SLAYER_STORAGE, $SLAYER_MODELS_DIR, then the XDG data dir)")
+    p.add_argument(
+        "--storage",
+        metavar="PATH",
+        help="store path or URI (default: $SLAYER_STORAGE, $SLAYER_MODELS_DIR, then the XDG data dir)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slayer-lsp", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"slayer-lsp {__version__}")
     parser.add_argument("-v", "--verbose-log", action="store_true", help="debug logging on stderr")
-    parser.add_argument("--check", action="store_true",
-                        help="same as the check subcommand: slayer-lsp --check [PATH...] [--storage PATH] "
-                             "[--format text|json|github|sarif] [--fail-on error|warning]")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="same as the check subcommand: slayer-lsp --check [PATH...] [--storage PATH] "
+        "[--format text|json|github|sarif] [--fail-on error|warning]",
+    )
     sub = parser.add_subparsers(dest="command")
     check.add_parser(sub)
 
-    schema = sub.add_parser("schema", help="print the JSON Schema of SLayer query files or memory front matter "
-                                           "(for editors' YAML and JSON validation)")
+    schema = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of SLayer query files or memory front matter "
+        "(for editors' YAML and JSON validation)",
+    )
     schema.add_argument("kind", choices=("query", "memory"))
 
     serve = sub.add_parser("serve", help="run the language server on stdio (the default)")
     _storage_arg(serve)
     check.add_scope_arguments(serve)
 
-    mcp = sub.add_parser("mcp", help="run the MCP server on stdio (tools: search, search_facets, inspect, status, "
-                                     "save_memory, forget_memory; the store as resources)")
+    mcp = sub.add_parser(
+        "mcp",
+        help="run the MCP server on stdio (tools: search, search_facets, inspect, status, "
+        "save_memory, forget_memory; the store as resources)",
+    )
     _storage_arg(mcp)
     check.add_scope_arguments(mcp)
-    mcp.add_argument("--no-embedding", action="store_true",
-                     help="no dense channel (no embedding model is loaded; search keeps its lexical channels)")
-    mcp.add_argument("--embedding-model", metavar="M",
-                     help="a litellm <provider>/<model> (default: $SLAYER_EMBEDDING_MODEL, else the offline MiniLM)")
-    mcp.add_argument("--switch-model", action="store_true",
-                     help="re-embed with the configured model even though the store holds another model's vectors")
-    mcp.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                     help="stderr log level of the server (default INFO)")
+    mcp.add_argument(
+        "--no-embedding",
+        action="store_true",
+        help="no dense channel (no embedding model is loaded; search keeps its lexical channels)",
+    )
+    mcp.add_argument(
+        "--embedding-model",
+        metavar="M",
+        help="a litellm <provider>/<model> (default: $SLAYER_EMBEDDING_MODEL, else the offline MiniLM)",
+    )
+    mcp.add_argument(
+        "--switch-model",
+        action="store_true",
+        help="re-embed with the configured model even though the store holds another model's vectors",
+    )
+    mcp.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="stderr log level of the server (default INFO)",
+    )
 
     search = sub.add_parser("search", help="search the store (SLayer's search surface)")
     _storage_arg(search)
     search.add_argument("--entity", action="append", dest="entities", metavar="E", help="an entity reference")
-    search.add_argument("--query", metavar="JSON|@FILE", help="a SlayerQuery as JSON, or @file (JSON or YAML)")
+    search.add_argument(
+        "--query", metavar="JSON|@FILE", help="a SlayerQuery as JSON, or @file (JSON or YAML)"
+    )
     search.add_argument("--question", metavar="Q")
     search.add_argument("--datasource", metavar="D")
     search.add_argument("--max-results", type=int, default=10, metavar="N")
     search.add_argument("--cypher-filter", metavar="C")
-    search.add_argument("--ranking", choices=["hybrid", "slayer"], default="hybrid",
-                        help="hybrid (default) or slayer (SLayer 1.4.1's RRF pipeline, for identical answers)")
-    search.add_argument("--kind", action="append", dest="kinds", metavar="K",
-                        help="only this kind (repeatable): datasource, model, column, measure, aggregation, memory")
-    search.add_argument("--min-score", type=float, default=None, metavar="S", help="drop hits scoring below S")
+    search.add_argument(
+        "--ranking",
+        choices=["hybrid", "slayer"],
+        default="hybrid",
+        help="hybrid (default) or slayer (SLayer 1.4.1's RRF pipeline, for identical answers)",
+    )
+    search.add_argument(
+        "--kind",
+        action="append",
+        dest="kinds",
+        metavar="K",
+        help="only this kind (repeatable): datasource, model, column, measure, aggregation, memory",
+    )
+    search.add_argument(
+        "--min-score", type=float, default=None, metavar="S", help="drop hits scoring below S"
+    )
     search.add_argument("--keyword", metavar="W", help="a term to match literally (hybrid)")
     search.add_argument("--related", type=int, default=0, metavar="N", help="memory link hops (hybrid)")
     search.add_argument("--facet", metavar="F", help="rank by one facet, e.g. meaning or values (hybrid)")
     search.add_argument("--format", choices=["text", "json"], default="text")
     search.add_argument("--verbose", action="store_true", help="full text per hit (compact=False)")
     check.add_scope_arguments(search)
-    search.add_argument("--no-dense", action="store_true",
-                        help="skip the embedding channel (by default it ranks the vectors stored for the "
-                             "configured model, $SLAYER_EMBEDDING_MODEL or the offline MiniLM)")
+    search.add_argument(
+        "--no-dense",
+        action="store_true",
+        help="skip the embedding channel (by default it ranks the vectors stored for the "
+        "configured model, $SLAYER_EMBEDDING_MODEL or the offline MiniLM)",
+    )
 
-    facets = sub.add_parser("search-facets", help="rank one kind's entities on several facets at once, by the "
-                                                   "weakest (slayer/searchFacets)")
+    facets = sub.add_parser(
+        "search-facets",
+        help="rank one kind's entities on several facets at once, by the weakest (slayer/searchFacets)",
+    )
     _storage_arg(facets)
-    facets.add_argument("--facet", action="append", required=True, metavar="NAME=QUERY",
-                        help="a facet and its query, repeatable: --facet meaning='customer' --facet values='SME'")
-    facets.add_argument("--kind", required=True, help="datasource, model, column, measure, aggregation or memory")
+    facets.add_argument(
+        "--facet",
+        action="append",
+        required=True,
+        metavar="NAME=QUERY",
+        help="a facet and its query, repeatable: --facet meaning='customer' --facet values='SME'",
+    )
+    facets.add_argument(
+        "--kind", required=True, help="datasource, model, column, measure, aggregation or memory"
+    )
     facets.add_argument("--datasource", metavar="D")
     facets.add_argument("--limit", type=int, default=10, metavar="N")
-    facets.add_argument("--min-score", type=float, default=None, metavar="S",
-                        help="drop hits whose weakest facet scores below S (no cutoff by default)")
+    facets.add_argument(
+        "--min-score",
+        type=float,
+        default=None,
+        metavar="S",
+        help="drop hits whose weakest facet scores below S (no cutoff by default)",
+    )
     facets.add_argument("--depth", type=int, default=500, metavar="N", help="how deep each facet is ranked")
     facets.add_argument("--format", choices=["text", "json"], default="text")
     check.add_scope_arguments(facets)
     facets.add_argument("--verbose", action="store_true", help="full text per hit (compact=False)")
-    facets.add_argument("--no-dense", action="store_true",
-                        help="rank the facet texts lexically (by default the stored part vectors are used "
-                             "when `slayer-lsp embed` made them)")
+    facets.add_argument(
+        "--no-dense",
+        action="store_true",
+        help="rank the facet texts lexically (by default the stored part vectors are used "
+        "when `slayer-lsp embed` made them)",
+    )
 
-    embed = sub.add_parser("embed", help="embed what is missing or changed into the store's embeddings table "
-                                         "(Ctrl-C stops after the batch in flight; the next run resumes)")
+    embed = sub.add_parser(
+        "embed",
+        help="embed what is missing or changed into the store's embeddings table "
+        "(Ctrl-C stops after the batch in flight; the next run resumes)",
+    )
     _storage_arg(embed)
-    embed.add_argument("--switch-model", action="store_true",
-                       help="embed with the configured model even though the table holds another model's vectors")
+    embed.add_argument(
+        "--switch-model",
+        action="store_true",
+        help="embed with the configured model even though the table holds another model's vectors",
+    )
 
     status = sub.add_parser("status", help="store, index and embedding status")
     _storage_arg(status)
@@ -175,11 +239,21 @@ def cmd_search(args: argparse.Namespace) -> int:
         query = _load_query(args.query) if args.query else None
     except (OSError, ValueError) as exc:
         return _fail(f"--query: {exc}")
-    params = SearchParams(entities=args.entities, query=query, question=args.question,
-                          datasource=args.datasource, max_results=args.max_results,
-                          cypher_filter=args.cypher_filter, compact=not args.verbose, ranking=args.ranking,
-                          kinds=args.kinds, min_score=args.min_score, keyword=args.keyword,
-                          related=args.related, facet=args.facet)
+    params = SearchParams(
+        entities=args.entities,
+        query=query,
+        question=args.question,
+        datasource=args.datasource,
+        max_results=args.max_results,
+        cypher_filter=args.cypher_filter,
+        compact=not args.verbose,
+        ranking=args.ranking,
+        kinds=args.kinds,
+        min_score=args.min_score,
+        keyword=args.keyword,
+        related=args.related,
+        facet=args.facet,
+    )
     engine = _engine(args.storage, args, dense="off" if args.no_dense else "stored")
     try:
         resp = engine.search(params)
@@ -213,8 +287,15 @@ def cmd_search_facets(args: argparse.Namespace) -> int:
         if not sep or not name.strip():
             return _fail(f"--facet {raw!r}: expected NAME=QUERY")
         queries[name.strip()] = query
-    params = SearchFacetsParams(facets=queries, kind=args.kind, limit=args.limit, min_score=args.min_score,
-                                datasource=args.datasource, depth=args.depth, compact=not args.verbose)
+    params = SearchFacetsParams(
+        facets=queries,
+        kind=args.kind,
+        limit=args.limit,
+        min_score=args.min_score,
+        datasource=args.datasource,
+        depth=args.depth,
+        compact=not args.verbose,
+    )
     engine = _engine(args.storage, args, dense="off" if args.no_dense else "stored")
     try:
         resp = engine.search_facets(params)
@@ -230,7 +311,9 @@ def cmd_search_facets(args: argparse.Namespace) -> int:
     for hit in resp.results:
         per = " ".join(f"{f}={s:.4f}" for f, s in hit.facet_scores.items())
         preview = (hit.description or hit.text or "").replace("\n", " ")
-        out.append(f"  [{hit.kind}] {hit.id}  {hit.score:.4f} ({per})" + (f"  {preview[:80]}" if preview else ""))
+        out.append(
+            f"  [{hit.kind}] {hit.id}  {hit.score:.4f} ({per})" + (f"  {preview[:80]}" if preview else "")
+        )
         if args.verbose and hit.text:
             out.extend("      " + ln for ln in hit.text.splitlines())
     print(_safe("\n".join(out)))
@@ -259,8 +342,13 @@ def cmd_embed(args: argparse.Namespace) -> int:
     try:
         # a foreground job: every core, and no stepping back for searches that are not there
         provider = provider_for(configured_model_name(dict(os.environ)), threads=None)
-        engine = _engine(args.storage, dense="live", switch_model=args.switch_model, embedding_provider=provider,
-                         embed_config=WorkerConfig(nice=0))
+        engine = _engine(
+            args.storage,
+            dense="live",
+            switch_model=args.switch_model,
+            embedding_provider=provider,
+            embed_config=WorkerConfig(nice=0),
+        )
     except ValueError as exc:  # an unknown local model name
         return _fail(str(exc))
     except KeyboardInterrupt:
@@ -310,17 +398,35 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     scope = _scope(args)
     if not args.verbose_log:
         logging.getLogger("slayer_lsp").setLevel(getattr(logging, args.log_level))
-    return serve(args.storage, scope, dense="off" if args.no_embedding else "live",
-                 embedding_model=args.embedding_model, switch_model=args.switch_model)
+    return serve(
+        args.storage,
+        scope,
+        dense="off" if args.no_embedding else "live",
+        embedding_model=args.embedding_model,
+        switch_model=args.switch_model,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = check.rewrite_check_flag(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.DEBUG if args.verbose_log else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handlers = {"search": cmd_search, "search-facets": cmd_search_facets, "inspect": cmd_inspect, "embed": cmd_embed, "status": cmd_status,
-                "serve": cmd_serve, "mcp": cmd_mcp, "check": check.cmd_check, "schema": cmd_schema, None: cmd_serve}
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.DEBUG if args.verbose_log else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handlers = {
+        "search": cmd_search,
+        "search-facets": cmd_search_facets,
+        "inspect": cmd_inspect,
+        "embed": cmd_embed,
+        "status": cmd_status,
+        "serve": cmd_serve,
+        "mcp": cmd_mcp,
+        "check": check.cmd_check,
+        "schema": cmd_schema,
+        None: cmd_serve,
+    }
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:

@@ -58,9 +58,19 @@ class VectorView:
     with later views, which write only rows past ``n``. Row positions of an allowed set are cached
     per view, and handed to the next view updated by what changed."""
 
-    def __init__(self, model: str, dim: int | None, n: int, mat: np.ndarray | None, codes: np.ndarray,
-                 ids: list[str], pos: dict[str, int], kind_names: tuple[str, ...], kind_codes: dict[str, int],
-                 reach: frozenset[str] | None) -> None:
+    def __init__(
+        self,
+        model: str,
+        dim: int | None,
+        n: int,
+        mat: np.ndarray | None,
+        codes: np.ndarray,
+        ids: list[str],
+        pos: dict[str, int],
+        kind_names: tuple[str, ...],
+        kind_codes: dict[str, int],
+        reach: frozenset[str] | None,
+    ) -> None:
         self.model, self.dim, self.n = model, dim, n
         self.mat, self.codes, self.ids, self.pos = mat, codes, ids, pos
         self.kind_names, self.kind_codes = kind_names, kind_codes
@@ -138,8 +148,11 @@ class VectorView:
         if rows is None:
             rows = self._all_rows()
         codes = self.codes[: self.n] if rows is None else self.codes[rows]
-        counts = np.bincount(codes.astype(np.intp), minlength=len(self.kind_names)) if len(codes) else \
-            np.zeros(len(self.kind_names), dtype=np.intp)
+        counts = (
+            np.bincount(codes.astype(np.intp), minlength=len(self.kind_names))
+            if len(codes)
+            else np.zeros(len(self.kind_names), dtype=np.intp)
+        )
         return {name: int(counts[code]) for code, name in enumerate(self.kind_names) if counts[code]}
 
     def reachable_count(self) -> int:
@@ -147,17 +160,31 @@ class VectorView:
         return self.live if rows is None else len(rows)
 
     def _mismatch(self, width: int, what: str) -> str:
-        return (f"dense: {what} has {width} dimensions but the index of {self.model} holds "
-                f"{self.dim}-dimensional vectors; it was not used")
+        return (
+            f"dense: {what} has {width} dimensions but the index of {self.model} holds "
+            f"{self.dim}-dimensional vectors; it was not used"
+        )
 
-    def top_k(self, query: np.ndarray, k: int, allow: Iterable[str] | None = None,
-              kinds: Iterable[str] | None = None, model: str | None = None) -> DenseHits:
+    def top_k(
+        self,
+        query: np.ndarray,
+        k: int,
+        allow: Iterable[str] | None = None,
+        kinds: Iterable[str] | None = None,
+        model: str | None = None,
+    ) -> DenseHits:
         """See ``VectorIndex.top_k``."""
         q = np.asarray(query, dtype=np.float32).ravel()
         n = self.n
         if model is not None and model != self.model:
-            return DenseHits({}, 0, (f"dense: the question was embedded with {model} but the index "
-                                     f"holds {self.model}; not compared",))
+            return DenseHits(
+                {},
+                0,
+                (
+                    f"dense: the question was embedded with {model} but the index "
+                    f"holds {self.model}; not compared",
+                ),
+            )
         if self.live == 0 or k <= 0 or self.mat is None:
             return DenseHits({}, 0)
         if q.shape[0] != self.dim:
@@ -190,8 +217,10 @@ class VectorView:
             take = min(k, len(sel))
             top = np.argpartition(-sub, take - 1)[:take] if take < len(sel) else np.arange(len(sel))
             where = sel[top] if rows is None else rows[sel[top]]
-            pairs = sorted(((ids[int(p)], float(s)) for p, s in zip(where, sub[top], strict=True)),
-                           key=lambda t: (-t[1], t[0]))
+            pairs = sorted(
+                ((ids[int(p)], float(s)) for p, s in zip(where, sub[top], strict=True)),
+                key=lambda t: (-t[1], t[0]),
+            )
             by_kind[self.kind_names[int(code)]] = pairs
         return DenseHits(by_kind, int(len(codes)))
 
@@ -207,8 +236,9 @@ def _admitted(pos: dict[str, int], reach: frozenset[str]) -> np.ndarray:
 
 
 def _positions(pos: dict[str, int], allow: Iterable[str]) -> np.ndarray:
-    present = (allow.intersection(pos) if isinstance(allow, set | frozenset)
-               else [c for c in allow if c in pos])
+    present = (
+        allow.intersection(pos) if isinstance(allow, set | frozenset) else [c for c in allow if c in pos]
+    )
     if len(present) > 1:
         rows = np.array(operator.itemgetter(*present)(pos), dtype=np.intp)
     else:
@@ -248,8 +278,18 @@ class VectorIndex:
         self._view = self._make_view()
 
     def _make_view(self) -> VectorView:
-        return VectorView(self._model, self._dim, self._n, self._mat, self._codes[: self._n].copy(), self._ids,
-                          dict(self._pos), tuple(self._kind_names), dict(self._kind_codes), self._reach)
+        return VectorView(
+            self._model,
+            self._dim,
+            self._n,
+            self._mat,
+            self._codes[: self._n].copy(),
+            self._ids,
+            dict(self._pos),
+            tuple(self._kind_names),
+            dict(self._kind_codes),
+            self._reach,
+        )
 
     def _publish(self) -> None:
         """Make the changes since the last view visible to queries, as one new view."""
@@ -400,16 +440,24 @@ class VectorIndex:
         return code
 
     def _mismatch(self, width: int, what: str) -> str:
-        return (f"dense: {what} has {width} dimensions but the index of {self._model} holds "
-                f"{self._dim}-dimensional vectors; it was not used")
+        return (
+            f"dense: {what} has {width} dimensions but the index of {self._model} holds "
+            f"{self._dim}-dimensional vectors; it was not used"
+        )
 
     def upsert(self, canonical_id: str, kind: str, vector: np.ndarray, content_hash: str = "") -> str | None:
         """Add or replace one row; returns a warning (and changes nothing) for a wrong-width vector."""
-        return next(iter(self.upsert_many([canonical_id], [kind], np.asarray(vector)[None, :],
-                                          [content_hash])), None)
+        return next(
+            iter(self.upsert_many([canonical_id], [kind], np.asarray(vector)[None, :], [content_hash])), None
+        )
 
-    def upsert_many(self, ids: Sequence[str], kinds: Sequence[str], matrix: np.ndarray,
-                    hashes: Sequence[str] | None = None) -> list[str]:
+    def upsert_many(
+        self,
+        ids: Sequence[str],
+        kinds: Sequence[str],
+        matrix: np.ndarray,
+        hashes: Sequence[str] | None = None,
+    ) -> list[str]:
         """Add or replace rows (no rebuild: a replaced row is written anew past the published ones).
         Returns warnings: rows of another width than the index, or with NaN/inf components, are
         refused and counted in ``rejected``."""
@@ -432,7 +480,9 @@ class VectorIndex:
             warnings: list[str] = []
             if not finite.all():
                 self.rejected += int((~finite).sum())
-                warnings.append(f"dense: {int((~finite).sum())} vector(s) with NaN or infinite components refused")
+                warnings.append(
+                    f"dense: {int((~finite).sum())} vector(s) with NaN or infinite components refused"
+                )
             self._grow(self._n + len(ids))
             assert self._mat is not None
             for i, cid in enumerate(ids):
@@ -496,8 +546,14 @@ class VectorIndex:
 
     # ------------------------------------------------------------------ queries
 
-    def top_k(self, query: np.ndarray, k: int, allow: Iterable[str] | None = None,
-              kinds: Iterable[str] | None = None, model: str | None = None) -> DenseHits:
+    def top_k(
+        self,
+        query: np.ndarray,
+        k: int,
+        allow: Iterable[str] | None = None,
+        kinds: Iterable[str] | None = None,
+        model: str | None = None,
+    ) -> DenseHits:
         """The ``k`` most similar rows of each kind (of ``kinds``, default all), ranked over the
         view published last (no lock: a change meanwhile publishes another view).
 

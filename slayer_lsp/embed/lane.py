@@ -78,7 +78,9 @@ PART_LANE = LaneConfig(kinds=None, separators=SEPARATORS, prune=True)
 
 def under(canonical_id: str, roots: list[str], separators: tuple[str, ...] = (".",)) -> bool:
     """Whether ``canonical_id`` is one of ``roots`` or a descendant (never a character prefix)."""
-    return any(canonical_id == r or canonical_id.startswith(tuple(r + sep for sep in separators)) for r in roots)
+    return any(
+        canonical_id == r or canonical_id.startswith(tuple(r + sep for sep in separators)) for r in roots
+    )
 
 
 @dataclass(slots=True)
@@ -118,13 +120,24 @@ class Lane:
     ``switch`` lets this lane's model replace another model's vectors (else it waits, blocked);
     ``reuse_from``: indexes whose vector of an identical text is taken instead of embedding it."""
 
-    def __init__(self, name: str, store: VectorStore | MemoryStore, provider: EmbeddingProvider,
-                 config: LaneConfig, cond: threading.Condition, *, index: VectorIndex | None = None,
-                 items: Callable[[], Items] | None = None, switch: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        store: VectorStore | MemoryStore,
+        provider: EmbeddingProvider,
+        config: LaneConfig,
+        cond: threading.Condition,
+        *,
+        index: VectorIndex | None = None,
+        items: Callable[[], Items] | None = None,
+        switch: bool = False,
+    ) -> None:
         if index is not None and index.model != provider.name:
             if not switch:
-                raise ValueError(f"the index holds vectors of {index.model}, the provider is {provider.name}; "
-                                 f"pass switch_model=True to replace them")
+                raise ValueError(
+                    f"the index holds vectors of {index.model}, the provider is {provider.name}; "
+                    f"pass switch_model=True to replace them"
+                )
             index.clear(model=provider.name, dim=provider.dim)
         self.name = name
         self.store = store
@@ -172,8 +185,10 @@ class Lane:
         kinds = self.config.kinds
         for item in batch:
             if kinds is not None and item.kind not in kinds:
-                raise ValueError(f"cannot embed {item.canonical_id!r}: kind {item.kind!r} is not one of "
-                                 f"{', '.join(sorted(kinds))}")
+                raise ValueError(
+                    f"cannot embed {item.canonical_id!r}: kind {item.kind!r} is not one of "
+                    f"{', '.join(sorted(kinds))}"
+                )
         with self._cond:
             for item in batch:
                 self._seq += 1
@@ -190,8 +205,13 @@ class Lane:
         with self._cond:
             self._seq += 1
             self._touched.clear()
-            self._backfill = _Backfill(iter(items), total, page or self.config.page, self._seq,
-                                       seen=set() if self.config.prune else None)
+            self._backfill = _Backfill(
+                iter(items),
+                total,
+                page or self.config.page,
+                self._seq,
+                seen=set() if self.config.prune else None,
+            )
             self._cond.notify_all()
 
     def remove(self, canonical_id: str, *, from_store: bool = True) -> None:
@@ -219,7 +239,7 @@ class Lane:
         keep = {item.canonical_id for item in batch}
         prefix = owner + "#"
         with self._cond:
-            stale = {c for c in self._queue if c.startswith(prefix) and "#" not in c[len(prefix):]}
+            stale = {c for c in self._queue if c.startswith(prefix) and "#" not in c[len(prefix) :]}
             stale.update(self.index.parts_of(owner))
             stale -= keep
             for cid in sorted(stale):
@@ -300,9 +320,17 @@ class Lane:
         kinds = self.index.kind_counts()
         with self._cond:
             rows = self.index.reachable_count() if self.index.restricted else len(self.index)
-            return PartsStatus(state=self.state, rows=rows, embedded=self.embedded, reused=self.reused,
-                               pending=self.pending(), failed=len(self._failed), last_error=self.last_error,
-                               store=str(self.store.path), kinds=dict(sorted(kinds.items())))
+            return PartsStatus(
+                state=self.state,
+                rows=rows,
+                embedded=self.embedded,
+                reused=self.reused,
+                pending=self.pending(),
+                failed=len(self._failed),
+                last_error=self.last_error,
+                store=str(self.store.path),
+                kinds=dict(sorted(kinds.items())),
+            )
 
     # ------------------------------------------------------------------ the worker's side
 
@@ -401,8 +429,9 @@ class Lane:
         total = self.store.count(model)
         self.index.reserve(total)
         rejected = 0
-        for page in self.store.iter_pages(model, page=self.config.load_page,
-                                          dim=self.index.dim or self.provider.dim):
+        for page in self.store.iter_pages(
+            model, page=self.config.load_page, dim=self.index.dim or self.provider.dim
+        ):
             rejected += len(page.rejected)
             if page.ids and page.matrix is not None:
                 for warning in self.index.upsert_many(page.ids, page.kinds, page.matrix, page.hashes):
@@ -410,10 +439,17 @@ class Lane:
             if self.stopping:
                 break
         if rejected:
-            self._note_error(f"{rejected} stored vector(s) of {model} were unreadable or of another "
-                             f"dimension; they will be embedded again")
-        log.info("embedding %s: %d vectors of %s loaded from %s", self.name, len(self.index), model,
-                 self.store.path)
+            self._note_error(
+                f"{rejected} stored vector(s) of {model} were unreadable or of another "
+                f"dimension; they will be embedded again"
+            )
+        log.info(
+            "embedding %s: %d vectors of %s loaded from %s",
+            self.name,
+            len(self.index),
+            model,
+            self.store.path,
+        )
         if settle:
             with self._cond:
                 self.state = "idle"
@@ -456,13 +492,18 @@ class Lane:
                     cid = item.canonical_id
                     if bf.seen is not None:
                         bf.seen.add(cid)
-                    if (kinds is not None and item.kind not in kinds) or cid in self._touched \
-                            or under(cid, roots, separators):
+                    if (
+                        (kinds is not None and item.kind not in kinds)
+                        or cid in self._touched
+                        or under(cid, roots, separators)
+                    ):
                         continue
                     current = self.index.hash_of(cid)
                     if cid in self._queue:
                         continue
-                    if current is not None and (current == content_hash(item.text) or current in item.accept_hashes):
+                    if current is not None and (
+                        current == content_hash(item.text) or current in item.accept_hashes
+                    ):
                         self.skipped += 1
                         continue
                     self._queue.put(item)
@@ -476,8 +517,11 @@ class Lane:
     def _prune(self, seen: set[str]) -> None:
         """Under the lock, at the end of a complete backfill: drop the rows it did not produce and
         nothing touched since (parts of entities deleted or changed while no worker ran)."""
-        stale = [cid for cid in self.index.ids()
-                 if cid not in seen and cid not in self._touched and cid not in self._queue]
+        stale = [
+            cid
+            for cid in self.index.ids()
+            if cid not in seen and cid not in self._touched and cid not in self._queue
+        ]
         if not stale:
             return
         for cid in stale:
@@ -520,8 +564,11 @@ class Lane:
         groups: dict[str, _Group] = {}
         for item, digest in todo:
             row = stored.get(item.canonical_id)
-            if (row is not None and (row.content_hash == digest or row.content_hash in item.accept_hashes)
-                    and (dim is None or row.vector.shape[0] == dim)):
+            if (
+                row is not None
+                and (row.content_hash == digest or row.content_hash in item.accept_hashes)
+                and (dim is None or row.vector.shape[0] == dim)
+            ):
                 reuse.append((item, row.content_hash, row.vector))
             else:
                 groups.setdefault(digest, _Group(digest)).items.append(item)
@@ -534,7 +581,7 @@ class Lane:
         for start in range(0, len(ordered), size):
             if self.stopping:
                 return  # not embedded, not written: the next run takes them up
-            done = self._live(self._embed(ordered[start:start + size]), start_seq)
+            done = self._live(self._embed(ordered[start : start + size]), start_seq)
             if done and self._to_index(done, start_seq):
                 self._write(model, done)
             self._rest()
@@ -575,8 +622,12 @@ class Lane:
         rows = self._live(rows, start_seq)
         if not rows:
             return False
-        warnings = self.index.upsert_many([i.canonical_id for i, _, _ in rows], [i.kind for i, _, _ in rows],
-                                          np.stack([v for _, _, v in rows]), [h for _, h, _ in rows])
+        warnings = self.index.upsert_many(
+            [i.canonical_id for i, _, _ in rows],
+            [i.kind for i, _, _ in rows],
+            np.stack([v for _, _, v in rows]),
+            [h for _, h, _ in rows],
+        )
         if warnings:
             with self._cond:
                 for item, _, _ in rows:
@@ -592,8 +643,11 @@ class Lane:
         result = self._attempts([g.items[0].text for g in groups], self.config.max_attempts)
         if isinstance(result, np.ndarray):
             return self._fan_out(groups, result)
-        if len(groups) > 1 and not getattr(result, "retryable", False) \
-                and not isinstance(result, ProviderUnavailableError):
+        if (
+            len(groups) > 1
+            and not getattr(result, "retryable", False)
+            and not isinstance(result, ProviderUnavailableError)
+        ):
             out: list[Row] = []
             for group in groups:
                 single = self._attempts([group.items[0].text], 1)
@@ -642,7 +696,7 @@ class Lane:
 
     def _backoff(self, attempt: int) -> bool:
         """Wait before retry ``attempt + 1``; False when the worker is stopping."""
-        delay = min(self.config.max_backoff, self.config.backoff * (2 ** attempt))
+        delay = min(self.config.max_backoff, self.config.backoff * (2**attempt))
         with self._cond:
             self.state = "retrying"
             deadline = time.monotonic() + delay
@@ -661,8 +715,11 @@ class Lane:
                 return
             except (VectorStoreError, ValueError) as exc:
                 self._note_error(f"{what}: {exc}")
-                if isinstance(exc, ValueError) or attempt + 1 >= self.config.max_attempts \
-                        or not self._backoff(attempt):
+                if (
+                    isinstance(exc, ValueError)
+                    or attempt + 1 >= self.config.max_attempts
+                    or not self._backoff(attempt)
+                ):
                     return
 
     def _note_error(self, message: str) -> None:

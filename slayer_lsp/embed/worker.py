@@ -39,8 +39,16 @@ from slayer_lsp.embed.store import MemoryStore, VectorStore
 if TYPE_CHECKING:
     from slayer_lsp.embed.store import StorePlace
 
-__all__ = ["EmbeddingStatus", "EmbeddingWorker", "PartVectors", "PartsStatus", "Progress", "WorkerConfig",
-           "blocked_message", "default_worker"]
+__all__ = [
+    "EmbeddingStatus",
+    "EmbeddingWorker",
+    "PartVectors",
+    "PartsStatus",
+    "Progress",
+    "WorkerConfig",
+    "blocked_message",
+    "default_worker",
+]
 
 log = logging.getLogger(__name__)
 
@@ -87,22 +95,40 @@ class EmbeddingWorker:
     embed everything again. ``parts``: keep the part vectors too. ``start=False`` leaves the thread
     to ``start()``. The entity lane's producers (``enqueue``, ``remove``, ...) are the worker's."""
 
-    def __init__(self, location: StorePlace | None, provider: EmbeddingProvider, *,
-                 config: WorkerConfig = WorkerConfig(), items: Callable[[], Items] | None = None,
-                 store: VectorStore | MemoryStore | None = None, index: VectorIndex | None = None,
-                 parts: PartVectors | None = None, switch_model: bool = False, start: bool = True) -> None:
+    def __init__(
+        self,
+        location: StorePlace | None,
+        provider: EmbeddingProvider,
+        *,
+        config: WorkerConfig = WorkerConfig(),
+        items: Callable[[], Items] | None = None,
+        store: VectorStore | MemoryStore | None = None,
+        index: VectorIndex | None = None,
+        parts: PartVectors | None = None,
+        switch_model: bool = False,
+        start: bool = True,
+    ) -> None:
         if store is None:
             if location is None:
                 raise ValueError("a store location or a vector store is needed")
             store = VectorStore.for_store(location)
         self.config = config
         self._cond = threading.Condition()
-        self.entities = Lane("entities", store, provider, config.entities, self._cond, index=index, items=items,
-                             switch=switch_model)
+        self.entities = Lane(
+            "entities",
+            store,
+            provider,
+            config.entities,
+            self._cond,
+            index=index,
+            items=items,
+            switch=switch_model,
+        )
         self.parts: Lane | None = None
         if parts is not None:
-            self.parts = Lane("parts", parts.store, provider, config.parts, self._cond, items=parts.items,
-                              switch=True)
+            self.parts = Lane(
+                "parts", parts.store, provider, config.parts, self._cond, items=parts.items, switch=True
+            )
             # a part whose text an entity has (a memory's meaning is its text) takes that vector
             self.parts.reuse_from = (self.entities.index,)
         self._stop = False
@@ -218,18 +244,29 @@ class EmbeddingWorker:
             # table's rows of other models cannot be scoped, so they are not counted at all)
             restricted = lane.index.restricted
             return EmbeddingStatus(
-                model=lane.provider.name, dim=lane.index.dim or lane.provider.dim, state=lane.state,
-                rows=lane.index.reachable_count() if restricted else len(lane.index), embedded=lane.embedded,
-                reused=lane.reused, pending=lane.pending(), failed=lane.failed_count(),
-                last_error=lane.last_error, store=str(lane.store.path),
-                other_models={} if restricted else dict(lane.other_models), parts=parts)
+                model=lane.provider.name,
+                dim=lane.index.dim or lane.provider.dim,
+                state=lane.state,
+                rows=lane.index.reachable_count() if restricted else len(lane.index),
+                embedded=lane.embedded,
+                reused=lane.reused,
+                pending=lane.pending(),
+                failed=lane.failed_count(),
+                last_error=lane.last_error,
+                store=str(lane.store.path),
+                other_models={} if restricted else dict(lane.other_models),
+                parts=parts,
+            )
 
     def progress(self) -> Progress:
         """Texts done and left, summed over the lanes (for ``slayer-lsp embed``'s progress bar)."""
         per: dict[str, tuple[int, int]] = {}
         with self._cond:
             for lane in self._lanes():
-                per[lane.name] = (lane.embedded + lane.reused + lane.skipped + lane.failed_count(), lane.pending())
+                per[lane.name] = (
+                    lane.embedded + lane.reused + lane.skipped + lane.failed_count(),
+                    lane.pending(),
+                )
             embedded = sum(lane.embedded for lane in self._lanes())
         return Progress(sum(d for d, _ in per.values()), sum(p for _, p in per.values()), embedded, per)
 
@@ -251,8 +288,13 @@ class EmbeddingWorker:
                     self._query_cache.popitem(last=False)
         return vec
 
-    def search(self, question: str, k: int = 50, allow: Iterable[str] | None = None,
-               kinds: Iterable[str] | None = None) -> DenseHits:
+    def search(
+        self,
+        question: str,
+        k: int = 50,
+        allow: Iterable[str] | None = None,
+        kinds: Iterable[str] | None = None,
+    ) -> DenseHits:
         """Channel 3: cosine top-``k`` per kind of what is embedded now, restricted before ranking
         to ``allow``. Never raises and never waits for the queue; warnings say what is missing."""
         warnings = self.status().warnings()
@@ -331,8 +373,14 @@ class EmbeddingWorker:
             log.debug("embedding worker: niceness unchanged (%s)", exc)
 
 
-def default_worker(location: StorePlace, *, items: Callable[[], Items] | None = None,
-                   switch_model: bool = False, env: dict[str, str] | None = None, **options: Any) -> EmbeddingWorker:
+def default_worker(
+    location: StorePlace,
+    *,
+    items: Callable[[], Items] | None = None,
+    switch_model: bool = False,
+    env: dict[str, str] | None = None,
+    **options: Any,
+) -> EmbeddingWorker:
     """A worker for the configured model (``$SLAYER_EMBEDDING_MODEL``, else the offline default)."""
     from slayer_lsp.embed.providers import configured_model_name, provider_for
 

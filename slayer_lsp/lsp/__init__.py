@@ -8,12 +8,21 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="slayer-lsp serve", description="Run the SLayer language server on stdio.")
-    p.add_argument("--storage", help="the store: a YAML directory, a SQLite file, or a yaml:// / sqlite:// URI "
-                                     "(default: $SLAYER_STORAGE, $SLAYER_MODELS_DIR, then the XDG data dir); "
-                                     "fixed for the session: the client's 'storage' option cannot change it")
-    p.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help="stderr log level of the server (default INFO)")
+    p = argparse.ArgumentParser(
+        prog="slayer-lsp serve", description="Run the SLayer language server on stdio."
+    )
+    p.add_argument(
+        "--storage",
+        help="the store: a YAML directory, a SQLite file, or a yaml:// / sqlite:// URI "
+        "(default: $SLAYER_STORAGE, $SLAYER_MODELS_DIR, then the XDG data dir); "
+        "fixed for the session: the client's 'storage' option cannot change it",
+    )
+    p.add_argument(
+        "--log-level",
+        default=None,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="stderr log level of the server (default INFO)",
+    )
     return p
 
 
@@ -25,8 +34,11 @@ class _QuietInvalidParams(logging.Filter):
         from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 
         exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, JsonRpcException) or isinstance(exc, JsonRpcInternalError) \
+        return (
+            not isinstance(exc, JsonRpcException)
+            or isinstance(exc, JsonRpcInternalError)
             or exc.code == JsonRpcInternalError.CODE
+        )
 
 
 def serve(argv: list[str] | None = None) -> int:
@@ -34,8 +46,9 @@ def serve(argv: list[str] | None = None) -> int:
     stdout is handed to the transport and ``sys.stdout`` is pointed at stderr for stray prints."""
     args = build_parser().parse_args(argv)
     if not logging.getLogger().handlers:
-        logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(
+            stream=sys.stderr, level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
     ours = logging.getLogger("slayer_lsp")
     if args.log_level:
         ours.setLevel(getattr(logging, args.log_level))

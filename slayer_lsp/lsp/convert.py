@@ -30,18 +30,35 @@ from slayer_lsp.catalog.ids import is_memory_ref
 if TYPE_CHECKING:
     from slayer_lsp.lsp.state import SlayerLanguageServer, Snapshot
 
-SEVERITY = {"error": t.DiagnosticSeverity.Error, "warning": t.DiagnosticSeverity.Warning,
-            "information": t.DiagnosticSeverity.Information, "hint": t.DiagnosticSeverity.Hint}
-COMPLETION_KIND = {"datasource": t.CompletionItemKind.Module, "model": t.CompletionItemKind.Class,
-                   "column": t.CompletionItemKind.Field, "measure": t.CompletionItemKind.Value,
-                   "aggregation": t.CompletionItemKind.Function, "join": t.CompletionItemKind.Reference,
-                   "memory": t.CompletionItemKind.File, "field": t.CompletionItemKind.Property}
-SYMBOL_KIND = {"datasource": t.SymbolKind.Namespace, "model": t.SymbolKind.Class, "column": t.SymbolKind.Field,
-               "measure": t.SymbolKind.Property, "aggregation": t.SymbolKind.Function,
-               "join": t.SymbolKind.Interface, "memory": t.SymbolKind.File}
+SEVERITY = {
+    "error": t.DiagnosticSeverity.Error,
+    "warning": t.DiagnosticSeverity.Warning,
+    "information": t.DiagnosticSeverity.Information,
+    "hint": t.DiagnosticSeverity.Hint,
+}
+COMPLETION_KIND = {
+    "datasource": t.CompletionItemKind.Module,
+    "model": t.CompletionItemKind.Class,
+    "column": t.CompletionItemKind.Field,
+    "measure": t.CompletionItemKind.Value,
+    "aggregation": t.CompletionItemKind.Function,
+    "join": t.CompletionItemKind.Reference,
+    "memory": t.CompletionItemKind.File,
+    "field": t.CompletionItemKind.Property,
+}
+SYMBOL_KIND = {
+    "datasource": t.SymbolKind.Namespace,
+    "model": t.SymbolKind.Class,
+    "column": t.SymbolKind.Field,
+    "measure": t.SymbolKind.Property,
+    "aggregation": t.SymbolKind.Function,
+    "join": t.SymbolKind.Interface,
+    "memory": t.SymbolKind.File,
+}
 
 
 # ---------------------------------------------------------------------- positions and places
+
 
 def uri_of(key: str) -> str:
     """A file path as a URI (a URI stays as it is)."""
@@ -50,7 +67,9 @@ def uri_of(key: str) -> str:
 
 def from_client(snap: Snapshot, pos: t.Position) -> tuple[int, int]:
     """A client position in an open document as (line, code-point column)."""
-    got = snap.codec.position_from_client_units(snap.lines, t.Position(line=pos.line, character=pos.character))
+    got = snap.codec.position_from_client_units(
+        snap.lines, t.Position(line=pos.line, character=pos.character)
+    )
     return got.line, got.character
 
 
@@ -59,7 +78,9 @@ def position(line: int, col: int, lines: list[str], codec: PositionCodec) -> t.P
 
 
 def to_range(span: dm.Span, lines: list[str], codec: PositionCodec) -> t.Range:
-    return t.Range(start=position(span.line, span.start, lines, codec), end=position(span.line, span.end, lines, codec))
+    return t.Range(
+        start=position(span.line, span.start, lines, codec), end=position(span.line, span.end, lines, codec)
+    )
 
 
 def range_in(ls: SlayerLanguageServer, key: str, span: dm.Span) -> t.Range:
@@ -74,16 +95,24 @@ def location(ls: SlayerLanguageServer, loc: nav.LocationData) -> t.Location:
 
 def wire_location(loc: t.Location) -> p.Location:
     """An LSP location in the shape custom results carry it (``protocol_types.Location``)."""
+
     def pos(x: t.Position) -> p.Position:
         return p.Position(line=x.line, character=x.character)
+
     return p.Location(uri=loc.uri, range=p.Range(start=pos(loc.range.start), end=pos(loc.range.end)))
 
 
 # ---------------------------------------------------------------------- language features
 
+
 def diagnostic(x: diag.DiagnosticData, snap: Snapshot) -> t.Diagnostic:
-    return t.Diagnostic(range=to_range(x.span, snap.lines, snap.codec), message=x.message,
-                        severity=SEVERITY.get(x.severity, t.DiagnosticSeverity.Error), code=x.code, source="slayer")
+    return t.Diagnostic(
+        range=to_range(x.span, snap.lines, snap.codec),
+        message=x.message,
+        severity=SEVERITY.get(x.severity, t.DiagnosticSeverity.Error),
+        code=x.code,
+        source="slayer",
+    )
 
 
 def quick_fixes(x: diag.DiagnosticData, lsp_diag: t.Diagnostic, snap: Snapshot) -> list[t.CodeAction]:
@@ -91,17 +120,31 @@ def quick_fixes(x: diag.DiagnosticData, lsp_diag: t.Diagnostic, snap: Snapshot) 
     out = []
     for i, fix in enumerate(x.fixes):
         edit = t.TextEdit(range=to_range(fix.span, snap.lines, snap.codec), new_text=fix.new_text)
-        out.append(t.CodeAction(title=fix.title, kind=t.CodeActionKind.QuickFix, diagnostics=[lsp_diag],
-                                is_preferred=i == 0, edit=t.WorkspaceEdit(changes={snap.uri: [edit]})))
+        out.append(
+            t.CodeAction(
+                title=fix.title,
+                kind=t.CodeActionKind.QuickFix,
+                diagnostics=[lsp_diag],
+                is_preferred=i == 0,
+                edit=t.WorkspaceEdit(changes={snap.uri: [edit]}),
+            )
+        )
     return out
 
 
 def completion_list(res: comp.CompletionResult, snap: Snapshot) -> t.CompletionList:
     rng = to_range(res.replace, snap.lines, snap.codec)
-    items = [t.CompletionItem(label=i.label, kind=COMPLETION_KIND.get(i.kind), detail=i.detail,
-                              sort_text=i.sort_text, filter_text=i.label,
-                              text_edit=t.TextEdit(range=rng, new_text=i.insert_text))
-             for i in res.items]
+    items = [
+        t.CompletionItem(
+            label=i.label,
+            kind=COMPLETION_KIND.get(i.kind),
+            detail=i.detail,
+            sort_text=i.sort_text,
+            filter_text=i.label,
+            text_edit=t.TextEdit(range=rng, new_text=i.insert_text),
+        )
+        for i in res.items
+    ]
     return t.CompletionList(is_incomplete=res.is_incomplete, items=items)
 
 
@@ -114,41 +157,66 @@ def hover(h: hov.HoverData, snap: Snapshot, *, markdown: bool) -> t.Hover:
 def document_symbol(s: dm.Symbol, snap: Snapshot) -> t.DocumentSymbol:
     sel = to_range(s.selection, snap.lines, snap.codec)
     region = s.region
-    full = t.Range(start=position(region.start_line, region.start_col, snap.lines, snap.codec),
-                   end=position(region.end_line, region.end_col, snap.lines, snap.codec))
+    full = t.Range(
+        start=position(region.start_line, region.start_col, snap.lines, snap.codec),
+        end=position(region.end_line, region.end_col, snap.lines, snap.codec),
+    )
     if not (full.start.line <= sel.start.line <= full.end.line):
         full = sel
-    return t.DocumentSymbol(name=s.name, kind=SYMBOL_KIND.get(s.kind, t.SymbolKind.Object), range=full,
-                            selection_range=sel, detail=s.detail,
-                            children=[document_symbol(c, snap) for c in s.children] or None)
+    return t.DocumentSymbol(
+        name=s.name,
+        kind=SYMBOL_KIND.get(s.kind, t.SymbolKind.Object),
+        range=full,
+        selection_range=sel,
+        detail=s.detail,
+        children=[document_symbol(c, snap) for c in s.children] or None,
+    )
 
 
 def flat_symbols(s: dm.Symbol, snap: Snapshot, container: str | None = None) -> list[t.SymbolInformation]:
     """A symbol and its children, flat, for clients without hierarchical document symbols."""
-    out = [t.SymbolInformation(name=s.name, kind=SYMBOL_KIND.get(s.kind, t.SymbolKind.Object),
-                               location=t.Location(uri=snap.uri, range=to_range(s.selection, snap.lines, snap.codec)),
-                               container_name=container)]
+    out = [
+        t.SymbolInformation(
+            name=s.name,
+            kind=SYMBOL_KIND.get(s.kind, t.SymbolKind.Object),
+            location=t.Location(uri=snap.uri, range=to_range(s.selection, snap.lines, snap.codec)),
+            container_name=container,
+        )
+    ]
     for c in s.children:
         out.extend(flat_symbols(c, snap, s.name))
     return out
 
 
 def workspace_symbol(s: nav.SymbolData, loc: t.Location) -> t.SymbolInformation:
-    return t.SymbolInformation(name=s.name, kind=SYMBOL_KIND.get(s.kind, t.SymbolKind.Object), location=loc,
-                               container_name=s.container)
+    return t.SymbolInformation(
+        name=s.name,
+        kind=SYMBOL_KIND.get(s.kind, t.SymbolKind.Object),
+        location=loc,
+        container_name=s.container,
+    )
 
 
 def signature_help(found: sig.SignatureData) -> t.SignatureHelp:
     info = t.SignatureInformation(
-        label=found.label, documentation=found.documentation,
-        parameters=[t.ParameterInformation(label=label, documentation=doc) for label, doc in found.parameters],
-        active_parameter=found.active_parameter)
+        label=found.label,
+        documentation=found.documentation,
+        parameters=[
+            t.ParameterInformation(label=label, documentation=doc) for label, doc in found.parameters
+        ],
+        active_parameter=found.active_parameter,
+    )
     return t.SignatureHelp(signatures=[info], active_signature=0, active_parameter=found.active_parameter)
 
 
 def inlay_hint(h: inl.InlayData, snap: Snapshot) -> t.InlayHint:
-    return t.InlayHint(position=position(h.line, h.col, snap.lines, snap.codec), label=f" {h.label}",
-                       kind=t.InlayHintKind.Type, tooltip=f"resolves to {h.canonical}", padding_left=False)
+    return t.InlayHint(
+        position=position(h.line, h.col, snap.lines, snap.codec),
+        label=f" {h.label}",
+        kind=t.InlayHintKind.Type,
+        tooltip=f"resolves to {h.canonical}",
+        padding_left=False,
+    )
 
 
 def rename_placeholder(span: dm.Span, name: str, snap: Snapshot) -> t.PrepareRenamePlaceholder:
@@ -156,15 +224,18 @@ def rename_placeholder(span: dm.Span, name: str, snap: Snapshot) -> t.PrepareRen
 
 
 def overlaps(a: t.Range, b: t.Range) -> bool:
-    return (a.start.line, a.start.character) <= (b.end.line, b.end.character) and \
-        (b.start.line, b.start.character) <= (a.end.line, a.end.character)
-
-
+    return (a.start.line, a.start.character) <= (b.end.line, b.end.character) and (
+        b.start.line,
+        b.start.character,
+    ) <= (a.end.line, a.end.character)
 
 
 # ---------------------------------------------------------------------- custom results
 
-def located_item(ls: SlayerLanguageServer, item: InspectItem, loc: nav.LocationData | None) -> p.LocatedInspectItem:
+
+def located_item(
+    ls: SlayerLanguageServer, item: InspectItem, loc: nav.LocationData | None
+) -> p.LocatedInspectItem:
     """An inspect item with its definition's location, when it has one."""
     where = wire_location(location(ls, loc)) if loc is not None else None
     return p.LocatedInspectItem(**msgspec.structs.asdict(item), location=where)
@@ -172,9 +243,16 @@ def located_item(ls: SlayerLanguageServer, item: InspectItem, loc: nav.LocationD
 
 def impact_result(ls: SlayerLanguageServer, result: imp.Impact) -> p.ImpactResult:
     """What depends on an entity, with file paths as URIs and locations in the client's encoding."""
-    uses = [p.ImpactUse(kind=u.kind, target=u.target, via=list(u.via),
-                        name=uri_of(u.name) if u.kind in ("query", "memory") and not is_memory_ref(u.name) else u.name,
-                        location=wire_location(location(ls, u.location)) if u.location is not None else None)
-            for u in result.uses]
-    return p.ImpactResult(entity=result.entity, kind=result.kind, summary=result.summary(), counts=result.counts(),
-                          uses=uses)
+    uses = [
+        p.ImpactUse(
+            kind=u.kind,
+            target=u.target,
+            via=list(u.via),
+            name=uri_of(u.name) if u.kind in ("query", "memory") and not is_memory_ref(u.name) else u.name,
+            location=wire_location(location(ls, u.location)) if u.location is not None else None,
+        )
+        for u in result.uses
+    ]
+    return p.ImpactResult(
+        entity=result.entity, kind=result.kind, summary=result.summary(), counts=result.counts(), uses=uses
+    )

@@ -72,6 +72,8 @@ CUSTOM_REQUESTS: tuple[CustomRequest, ...] = (
     CustomRequest("slayer/impact", p.ImpactParams, p.ImpactResult, h.impact, entity_alone),
     CustomRequest("slayer/status", p.StatusParams, p.ServerStatus, h.status),
     CustomRequest("slayer/saveMemory", p.SaveMemoryParams, p.SaveMemoryResult, h.save_memory),
-    CustomRequest("slayer/forgetMemory", p.ForgetMemoryParams, p.ForgetMemoryResult, h.forget_memory, id_alone),
+    CustomRequest(
+        "slayer/forgetMemory", p.ForgetMemoryParams, p.ForgetMemoryResult, h.forget_memory, id_alone
+    ),
 )
 CUSTOM_METHODS = tuple(r.method for r in CUSTOM_REQUESTS)

@@ -89,8 +89,9 @@ class Diagnostics:
         if current is None or current.version != snap.version:
             return  # edited meanwhile: the newer edit has its own timer
         items = [convert.diagnostic(x, snap) for x in found]
-        ls.text_document_publish_diagnostics(t.PublishDiagnosticsParams(uri=uri, diagnostics=items,
-                                                                        version=snap.version))
+        ls.text_document_publish_diagnostics(
+            t.PublishDiagnosticsParams(uri=uri, diagnostics=items, version=snap.version)
+        )
 
     def diagnose(self, snap: Snapshot) -> list[diag.DiagnosticData]:
         """The document's diagnostics in code-point columns (blocking: run it off the loop)."""
@@ -104,8 +105,11 @@ class Diagnostics:
             return hit[2]
         location = ls.live_engine().location
         store_file = doc.kind in ("model", "datasource") or (
-            doc.kind == "memory" and location.backend == "yaml" and snap.path is not None
-            and os.path.dirname(snap.path) == str(location.path / "memories"))
+            doc.kind == "memory"
+            and location.backend == "yaml"
+            and snap.path is not None
+            and os.path.dirname(snap.path) == str(location.path / "memories")
+        )
         found = diag.diagnose(doc, catalog, path=snap.path if store_file else None)
         self._found[snap.uri] = (doc, catalog, found)
         return found

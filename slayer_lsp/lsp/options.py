@@ -93,12 +93,20 @@ class Options:
         return {
             "storage": self.storage,
             "diagnostics": {"enable": self.diagnostics.enable, "debounceMs": self.diagnostics.debounce_ms},
-            "files": {"queryPatterns": list(self.files.query_patterns),
-                      "memoryPatterns": list(self.files.memory_patterns)},
-            "embedding": {"enable": self.embedding.enable, "model": self.embedding.model,
-                          "switchModel": self.embedding.switch_model},
-            "scope": {"datasources": list(self.scope.datasources), "accessTags": list(self.scope.access_tags),
-                      "untaggedOnly": self.scope.untagged_only},
+            "files": {
+                "queryPatterns": list(self.files.query_patterns),
+                "memoryPatterns": list(self.files.memory_patterns),
+            },
+            "embedding": {
+                "enable": self.embedding.enable,
+                "model": self.embedding.model,
+                "switchModel": self.embedding.switch_model,
+            },
+            "scope": {
+                "datasources": list(self.scope.datasources),
+                "accessTags": list(self.scope.access_tags),
+                "untaggedOnly": self.scope.untagged_only,
+            },
             "hover": {"maxChars": self.hover.max_chars},
         }
 
@@ -135,8 +143,9 @@ class _Parser:
             return {}
         return value
 
-    def value(self, section: dict[str, Any], path: str, key: str, current: Any,
-              check: Callable[[Any], Any]) -> Any:
+    def value(
+        self, section: dict[str, Any], path: str, key: str, current: Any, check: Callable[[Any], Any]
+    ) -> Any:
         found, value = _get(section, key)
         if not found:
             return current
@@ -150,8 +159,14 @@ class _Parser:
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
-            dict: "an object"}.get(type(value), type(value).__name__)
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)
 
 
 def _show(value: Any) -> str:
@@ -173,6 +188,7 @@ def _int_between(low: int, high: int) -> Callable[[Any], int]:
         if not low <= int(value) <= high:
             raise ValueError(f"expected a value between {low} and {high}, got {int(value)}")
         return int(value)
+
     return check
 
 
@@ -193,6 +209,7 @@ def _str_list(*, non_empty: bool) -> Callable[[Any], tuple[str, ...]]:
         if non_empty and not value:
             raise ValueError("expected at least one pattern")
         return tuple(v.strip() for v in value)
+
     return check
 
 
@@ -221,30 +238,57 @@ def parse_options(raw: Any, base: Options | None = None) -> tuple[Options, list[
         storage=storage,
         diagnostics=DiagnosticsOptions(
             enable=p.value(diag, "diagnostics.enable", "enable", base.diagnostics.enable, _bool),
-            debounce_ms=p.value(diag, "diagnostics.debounceMs", "debounce_ms", base.diagnostics.debounce_ms,
-                                _int_between(0, MAX_DEBOUNCE_MS)),
+            debounce_ms=p.value(
+                diag,
+                "diagnostics.debounceMs",
+                "debounce_ms",
+                base.diagnostics.debounce_ms,
+                _int_between(0, MAX_DEBOUNCE_MS),
+            ),
         ),
         files=FilesOptions(
-            query_patterns=p.value(files, "files.queryPatterns", "query_patterns", base.files.query_patterns,
-                                   _str_list(non_empty=False)),
-            memory_patterns=p.value(files, "files.memoryPatterns", "memory_patterns",
-                                    base.files.memory_patterns, _str_list(non_empty=False)),
+            query_patterns=p.value(
+                files,
+                "files.queryPatterns",
+                "query_patterns",
+                base.files.query_patterns,
+                _str_list(non_empty=False),
+            ),
+            memory_patterns=p.value(
+                files,
+                "files.memoryPatterns",
+                "memory_patterns",
+                base.files.memory_patterns,
+                _str_list(non_empty=False),
+            ),
         ),
         embedding=EmbeddingOptions(
             enable=p.value(emb, "embedding.enable", "enable", base.embedding.enable, _bool),
             model=p.value(emb, "embedding.model", "model", base.embedding.model, _optional_str),
-            switch_model=p.value(emb, "embedding.switchModel", "switch_model", base.embedding.switch_model,
-                                 _bool)),
+            switch_model=p.value(
+                emb, "embedding.switchModel", "switch_model", base.embedding.switch_model, _bool
+            ),
+        ),
         scope=ScopeOptions(
-            datasources=p.value(scope, "scope.datasources", "datasources", base.scope.datasources,
-                                _str_list(non_empty=False)),
-            access_tags=p.value(scope, "scope.accessTags", "access_tags", base.scope.access_tags,
-                                _str_list(non_empty=False)),
-            untagged_only=p.value(scope, "scope.untaggedOnly", "untagged_only", base.scope.untagged_only, _bool),
+            datasources=p.value(
+                scope, "scope.datasources", "datasources", base.scope.datasources, _str_list(non_empty=False)
+            ),
+            access_tags=p.value(
+                scope, "scope.accessTags", "access_tags", base.scope.access_tags, _str_list(non_empty=False)
+            ),
+            untagged_only=p.value(
+                scope, "scope.untaggedOnly", "untagged_only", base.scope.untagged_only, _bool
+            ),
         ),
         hover=HoverOptions(
-            max_chars=p.value(hover, "hover.maxChars", "max_chars", base.hover.max_chars,
-                              _int_between(MIN_HOVER_CHARS, 1_000_000))),
+            max_chars=p.value(
+                hover,
+                "hover.maxChars",
+                "max_chars",
+                base.hover.max_chars,
+                _int_between(MIN_HOVER_CHARS, 1_000_000),
+            )
+        ),
     )
     known = {f.name for f in dataclasses.fields(Options)} | CLIENT_SIDE_KEYS
     for key in raw:

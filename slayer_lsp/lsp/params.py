@@ -83,17 +83,35 @@ def describe(info: mi.Type) -> str:
     if isinstance(info, mi.ListType):
         return f"a list of {plural(info.item_type)}"
     if isinstance(info, mi.DictType):
-        return "an object" if isinstance(info.value_type, mi.AnyType) else f"an object of {plural(info.value_type)}"
+        return (
+            "an object"
+            if isinstance(info.value_type, mi.AnyType)
+            else f"an object of {plural(info.value_type)}"
+        )
     if isinstance(info, mi.LiteralType):
         return "one of " + ", ".join(repr(v) for v in info.values)
-    simple = {mi.StrType: "a string", mi.IntType: "an integer", mi.FloatType: "a number", mi.BoolType: "a boolean",
-              mi.NoneType: "null", mi.AnyType: "any value", mi.StructType: "an object"}
+    simple = {
+        mi.StrType: "a string",
+        mi.IntType: "an integer",
+        mi.FloatType: "a number",
+        mi.BoolType: "a boolean",
+        mi.NoneType: "null",
+        mi.AnyType: "any value",
+        mi.StructType: "an object",
+    }
     return simple.get(type(info), "a value of another type")
 
 
 def plural(info: mi.Type) -> str:
-    names = {mi.StrType: "strings", mi.IntType: "integers", mi.FloatType: "numbers", mi.BoolType: "booleans",
-             mi.StructType: "objects", mi.DictType: "objects", mi.ListType: "lists"}
+    names = {
+        mi.StrType: "strings",
+        mi.IntType: "integers",
+        mi.FloatType: "numbers",
+        mi.BoolType: "booleans",
+        mi.StructType: "objects",
+        mi.DictType: "objects",
+        mi.ListType: "lists",
+    }
     return names.get(type(info), "values")
 
 

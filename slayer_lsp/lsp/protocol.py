@@ -30,8 +30,15 @@ _SURROGATE = re.compile("[\ud800-\udfff]")  # after JSON decoding, any surrogate
 
 def json_type(value: Any) -> str:
     """A JSON value's kind as a message says it ("a string", "null")."""
-    return {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
-            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    return {
+        type(None): "null",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)
 
 
 def converter() -> Converter:
@@ -155,12 +162,16 @@ class SlayerProtocol(LanguageServerProtocol):
         """The structured message to dispatch, or None when it was answered or dropped here."""
         if isinstance(message, list):
             reason = "batches are not supported by the Language Server Protocol; send each message on its own"
-            ids = [m["id"] for m in message if isinstance(m, dict) and "method" in m and valid_id(m.get("id"))]
+            ids = [
+                m["id"] for m in message if isinstance(m, dict) and "method" in m and valid_id(m.get("id"))
+            ]
             for msg_id in dict.fromkeys(ids) if ids else [None]:
                 self.reply_error(msg_id, INVALID_REQUEST, reason)
             return None
         if not isinstance(message, dict):
-            self.reply_error(None, INVALID_REQUEST, f"a message must be a JSON object, not {json_type(message)}")
+            self.reply_error(
+                None, INVALID_REQUEST, f"a message must be a JSON object, not {json_type(message)}"
+            )
             return None
         if "method" not in message:
             return self._response(message)
@@ -173,7 +184,9 @@ class SlayerProtocol(LanguageServerProtocol):
                 log.warning("dropped a notification: %s", reason)
 
         if is_request and not valid_id(msg_id):
-            return refuse(INVALID_REQUEST, f"a request id must be an integer or a string, not {json_type(msg_id)}")
+            return refuse(
+                INVALID_REQUEST, f"a request id must be an integer or a string, not {json_type(msg_id)}"
+            )
         if message.get("jsonrpc") != "2.0":
             return refuse(INVALID_REQUEST, 'not a JSON-RPC 2.0 message ("jsonrpc" must be "2.0")')
         if not isinstance(method, str):
@@ -184,17 +197,24 @@ class SlayerProtocol(LanguageServerProtocol):
         where = lone_surrogate(message.get("params"))
         if where is not None:
             if is_request:
-                return refuse(INVALID_PARAMS, f"{method}: {where} holds a lone surrogate (half of a UTF-16 pair: "
-                                              f"not Unicode text); send a character outside the BMP as a pair")
+                return refuse(
+                    INVALID_PARAMS,
+                    f"{method}: {where} holds a lone surrogate (half of a UTF-16 pair: "
+                    f"not Unicode text); send a character outside the BMP as a pair",
+                )
             log.warning("%s: %s holds a lone surrogate; replaced with U+FFFD", method, where)
             message = {**message, "params": scrubbed(message["params"])}
         if method != t.EXIT:
             if self.shutdown_seen:
-                return refuse(INVALID_REQUEST, f"{method}: the server is shutting down; only exit is accepted")
+                return refuse(
+                    INVALID_REQUEST, f"{method}: the server is shutting down; only exit is accepted"
+                )
             if method == t.INITIALIZE and self.initialize_seen:
                 return refuse(INVALID_REQUEST, "initialize may be sent only once")
             if method != t.INITIALIZE and not self.initialize_seen:
-                return refuse(SERVER_NOT_INITIALIZED, f"{method}: the server is not initialized; send initialize first")
+                return refuse(
+                    SERVER_NOT_INITIALIZED, f"{method}: the server is not initialized; send initialize first"
+                )
         structured = self._structure(message)
         if structured is not None and is_request and not hasattr(structured, "id"):
             # pygls would structure it as the notification it is and never answer the id
@@ -209,8 +229,11 @@ class SlayerProtocol(LanguageServerProtocol):
     def _response(self, message: dict[str, Any]) -> Any:
         """A client's answer to a request of ours (configuration, progress); anything else that has
         no method is dropped with a log line."""
-        if message.get("jsonrpc") != "2.0" or not valid_id(message.get("id")) or not (
-                "result" in message or "error" in message):
+        if (
+            message.get("jsonrpc") != "2.0"
+            or not valid_id(message.get("id"))
+            or not ("result" in message or "error" in message)
+        ):
             log.warning("dropped a message that is no request, notification or response: %.200r", message)
             return None
         if lone_surrogate(message.get("result")) is not None:

@@ -28,22 +28,30 @@ FEATURES: tuple[tuple[str, Any, Callable[..., Any]], ...] = (
     (t.TEXT_DOCUMENT_DID_CHANGE, None, documents.did_change),
     (t.TEXT_DOCUMENT_DID_SAVE, None, documents.did_save),
     (t.TEXT_DOCUMENT_DID_CLOSE, None, documents.did_close),
-    (t.TEXT_DOCUMENT_COMPLETION, t.CompletionOptions(trigger_characters=language.TRIGGER_CHARACTERS),
-     language.completion),
+    (
+        t.TEXT_DOCUMENT_COMPLETION,
+        t.CompletionOptions(trigger_characters=language.TRIGGER_CHARACTERS),
+        language.completion,
+    ),
     (t.TEXT_DOCUMENT_HOVER, None, language.hover),
     (t.TEXT_DOCUMENT_DEFINITION, None, language.definition),
     (t.TEXT_DOCUMENT_REFERENCES, None, language.references),
     (t.TEXT_DOCUMENT_DOCUMENT_SYMBOL, None, language.document_symbol),
     (t.WORKSPACE_SYMBOL, None, language.workspace_symbol),
-    (t.TEXT_DOCUMENT_CODE_ACTION, t.CodeActionOptions(code_action_kinds=refactor.CODE_ACTION_KINDS,
-                                                      resolve_provider=False), refactor.code_action),
+    (
+        t.TEXT_DOCUMENT_CODE_ACTION,
+        t.CodeActionOptions(code_action_kinds=refactor.CODE_ACTION_KINDS, resolve_provider=False),
+        refactor.code_action,
+    ),
     (t.TEXT_DOCUMENT_PREPARE_RENAME, None, refactor.prepare_rename),
     (t.TEXT_DOCUMENT_RENAME, None, refactor.rename),
     (t.TEXT_DOCUMENT_CODE_LENS, t.CodeLensOptions(resolve_provider=True), refactor.code_lens),
     (t.CODE_LENS_RESOLVE, None, refactor.code_lens_resolve),
-    (t.TEXT_DOCUMENT_SIGNATURE_HELP, t.SignatureHelpOptions(trigger_characters=["(", ","],
-                                                            retrigger_characters=[",", "="]),
-     language.signature_help),
+    (
+        t.TEXT_DOCUMENT_SIGNATURE_HELP,
+        t.SignatureHelpOptions(trigger_characters=["(", ","], retrigger_characters=[",", "="]),
+        language.signature_help,
+    ),
     (t.TEXT_DOCUMENT_INLAY_HINT, t.InlayHintOptions(resolve_provider=False), language.inlay_hint),
 )
 
@@ -51,6 +59,7 @@ FEATURES: tuple[tuple[str, Any, Callable[..., Any]], ...] = (
 def _request(entry: CustomRequest) -> Callable[..., Any]:
     async def request(ls: SlayerLanguageServer, params: Any) -> Any:
         return await entry.answer(ls, params)
+
     request.__name__ = entry.method
     return request
 
@@ -58,6 +67,7 @@ def _request(entry: CustomRequest) -> Callable[..., Any]:
 def _command(entry: CustomRequest) -> Callable[..., Any]:
     async def command(ls: SlayerLanguageServer, *args: Any) -> Any:
         return await entry.answer_command(ls, args)
+
     command.__name__ = entry.command
     return command
 

@@ -95,8 +95,13 @@ class EditCapabilities:
 
 class SlayerLanguageServer(LanguageServer):
     def __init__(self, storage: str | None = None) -> None:
-        super().__init__("slayer-lsp", __version__, text_document_sync_kind=t.TextDocumentSyncKind.Incremental,
-                         protocol_cls=SlayerProtocol, converter_factory=converter)
+        super().__init__(
+            "slayer-lsp",
+            __version__,
+            text_document_sync_kind=t.TextDocumentSyncKind.Incremental,
+            protocol_cls=SlayerProtocol,
+            converter_factory=converter,
+        )
         self.cli_storage = storage
         self.cli_scope: Scope | None = None  # fixed on the command line (serve --scope-...)
         self.options = Options()
@@ -114,7 +119,9 @@ class SlayerLanguageServer(LanguageServer):
         self._too_large: set[str] = set()  # documents over MAX_DOCUMENT_CHARS already reported
         self._parse_lock = threading.Lock()
         self.diagnostics = Diagnostics(self)
-        self._retired: list[Engine] = []  # engines replaced by an option change, closed before the next indexes
+        self._retired: list[
+            Engine
+        ] = []  # engines replaced by an option change, closed before the next indexes
         self._closed: set[int] = set()
         self.indexing = False
         self.started = time.time()
@@ -177,15 +184,25 @@ class SlayerLanguageServer(LanguageServer):
         if self.storage_pinned and opts.storage is not None:
             if opts.storage != self.cli_storage:
                 where = self.cli_storage or "SLayer's default lookup, with the command line's scope"
-                problems = [*problems, f"'storage': fixed by the command line ({where}); the option is ignored"]
+                problems = [
+                    *problems,
+                    f"'storage': fixed by the command line ({where}); the option is ignored",
+                ]
             opts = replace(opts, storage=None)  # the effective options say what is used
         self.options = opts
         asked = opts.scope.to_scope()
         if self.cli_scope is not None and not asked.unrestricted and asked != self.cli_scope:
-            problems = [*problems, f"'scope': fixed by the command line ({self.cli_scope}); the option is ignored"]
+            problems = [
+                *problems,
+                f"'scope': fixed by the command line ({self.cli_scope}); the option is ignored",
+            ]
         self.option_problems = problems
-        if initial or self.storage != old_storage or opts.embedding != old_embedding \
-                or self.session_scope() != old_scope:
+        if (
+            initial
+            or self.storage != old_storage
+            or opts.embedding != old_embedding
+            or self.session_scope() != old_scope
+        ):
             self._make_engine()
         return problems
 
@@ -201,9 +218,14 @@ class SlayerLanguageServer(LanguageServer):
             self._retired.append(self.engine)
         emb = self.options.embedding
         try:
-            self.engine = Engine(self.storage, dense="live" if emb.enable else "off", embedding_model=emb.model,
-                                 switch_model=emb.switch_model, compact_after_s=COMPACT_AFTER_S,
-                                 scope=self.session_scope())
+            self.engine = Engine(
+                self.storage,
+                dense="live" if emb.enable else "off",
+                embedding_model=emb.model,
+                switch_model=emb.switch_model,
+                compact_after_s=COMPACT_AFTER_S,
+                scope=self.session_scope(),
+            )
             self.engine_error = None
         except Exception as exc:  # noqa: BLE001 - a bad storage option must not kill the server
             log.exception("cannot open the store %r", self.storage)
@@ -243,8 +265,12 @@ class SlayerLanguageServer(LanguageServer):
         import json
 
         where = str(self.engine.location) if self.engine is not None else f"unavailable ({self.engine_error})"
-        log.info("slayer-lsp %s: store %s; effective options: %s", __version__, where,
-                 json.dumps(self.options.to_dict(), sort_keys=True))
+        log.info(
+            "slayer-lsp %s: store %s; effective options: %s",
+            __version__,
+            where,
+            json.dumps(self.options.to_dict(), sort_keys=True),
+        )
         for p in self.option_problems:
             log.warning("option problem: %s", p)
 
@@ -253,8 +279,12 @@ class SlayerLanguageServer(LanguageServer):
         if not (caps and caps.workspace and caps.workspace.configuration):
             return None
         try:
-            items = await asyncio.wait_for(self.workspace_configuration_async(t.ConfigurationParams(
-                items=[t.ConfigurationItem(section=s) for s in CONFIG_SECTIONS])), 5)
+            items = await asyncio.wait_for(
+                self.workspace_configuration_async(
+                    t.ConfigurationParams(items=[t.ConfigurationItem(section=s) for s in CONFIG_SECTIONS])
+                ),
+                5,
+            )
         except Exception as exc:  # noqa: BLE001 - no answer: keep the current options
             log.info("workspace/configuration failed: %s", exc)
             return None
@@ -300,8 +330,12 @@ class SlayerLanguageServer(LanguageServer):
             token = f"slayer-index-{uuid.uuid4().hex[:8]}"
             try:
                 await asyncio.wait_for(self.work_done_progress.create_async(token), 5)
-                self.work_done_progress.begin(token, t.WorkDoneProgressBegin(
-                    title="SLayer: indexing", message=str(engine.location), cancellable=False))
+                self.work_done_progress.begin(
+                    token,
+                    t.WorkDoneProgressBegin(
+                        title="SLayer: indexing", message=str(engine.location), cancellable=False
+                    ),
+                )
             except Exception as exc:  # noqa: BLE001 - a client that refuses progress still gets served
                 log.info("no work-done progress: %s", exc)
                 token = None
@@ -333,8 +367,10 @@ class SlayerLanguageServer(LanguageServer):
         message = None
         if fault is not None:
             if before is None:
-                message = (f"the store cannot be read ({fault}); answering from the last good snapshot "
-                           "until it can", t.MessageType.Warning)
+                message = (
+                    f"the store cannot be read ({fault}); answering from the last good snapshot until it can",
+                    t.MessageType.Warning,
+                )
             self._retry_s = min(self._retry_s * 2, STORE_RETRY_MAX_S) if before is not None else STORE_RETRY_S
             if self.watcher is not None:
                 self.watcher.request_rescan(self._retry_s)
@@ -370,10 +406,17 @@ class SlayerLanguageServer(LanguageServer):
         delta = engine.refresh(document_paths(engine.location, paths))
         after = engine.current()
         self.note_store_fault(after.catalog.fatal if after is not None else None)
-        parts = ", ".join(f"{k.removesuffix('_s')} {v * 1000:.0f} ms" for k, v in engine.stats.timings.items())
-        log.info("store changed (%d path(s)): %d entities touched in %.0f ms%s (%s)", len(paths), len(delta.touched),
-                 (time.perf_counter() - t0) * 1000, f", {lag_ms:.0f} ms after the write" if lag_ms is not None else "",
-                 parts)
+        parts = ", ".join(
+            f"{k.removesuffix('_s')} {v * 1000:.0f} ms" for k, v in engine.stats.timings.items()
+        )
+        log.info(
+            "store changed (%d path(s)): %d entities touched in %.0f ms%s (%s)",
+            len(paths),
+            len(delta.touched),
+            (time.perf_counter() - t0) * 1000,
+            f", {lag_ms:.0f} ms after the write" if lag_ms is not None else "",
+            parts,
+        )
         if self.loop is not None and (not delta.empty or after is not before):  # documents or load issues
             self.loop.call_soon_threadsafe(self.diagnostics.republish_all)
 
@@ -409,8 +452,10 @@ class SlayerLanguageServer(LanguageServer):
             kind = "other"  # parsing it would take seconds and hundreds of MB for every keystroke
             if snap.uri not in self._too_large:
                 self._too_large.add(snap.uri)
-                message = (f"{snap.uri} has {len(snap.text):,} characters; documents over "
-                           f"{MAX_DOCUMENT_CHARS:,} are not analysed")
+                message = (
+                    f"{snap.uri} has {len(snap.text):,} characters; documents over "
+                    f"{MAX_DOCUMENT_CHARS:,} are not analysed"
+                )
                 log.warning(message)
                 if self.loop is not None:
                     self.loop.call_soon_threadsafe(self.show, message)
@@ -477,6 +522,7 @@ class SlayerLanguageServer(LanguageServer):
         def text(path: str) -> str | None:
             snap = by_path.get(os.path.abspath(path))
             return snap.text if snap is not None else ren.store_file_text(path)
+
         return read, text
 
     # ------------------------------------------------------------------ request helpers
@@ -501,8 +547,11 @@ class SlayerLanguageServer(LanguageServer):
 
     def markdown_ok(self) -> bool:
         caps = self.client_capabilities
-        fmt = caps.text_document.hover.content_format if caps and caps.text_document and \
-            caps.text_document.hover else None
+        fmt = (
+            caps.text_document.hover.content_format
+            if caps and caps.text_document and caps.text_document.hover
+            else None
+        )
         return not fmt or t.MarkupKind.Markdown in fmt
 
     def hierarchical_symbols(self) -> bool:
@@ -516,6 +565,8 @@ class SlayerLanguageServer(LanguageServer):
         if we is None:
             return EditCapabilities()
         ops = we.resource_operations or []
-        return EditCapabilities(bool(we.document_changes), t.ResourceOperationKind.Rename in ops,
-                                we.change_annotation_support is not None)
-
+        return EditCapabilities(
+            bool(we.document_changes),
+            t.ResourceOperationKind.Rename in ops,
+            we.change_annotation_support is not None,
+        )

@@ -75,8 +75,10 @@ class FrameReader:
         if length > MAX_MESSAGE_BYTES:
             if not self._skip(length):
                 return None
-            return Frame(None, f"a message of {length} bytes is over the limit of {MAX_MESSAGE_BYTES} bytes; "
-                               "it was dropped")
+            return Frame(
+                None,
+                f"a message of {length} bytes is over the limit of {MAX_MESSAGE_BYTES} bytes; it was dropped",
+            )
         body = self.stream.read(length)
         if len(body) < length:
             return None  # the stream ended inside the body
@@ -122,4 +124,6 @@ async def serve_stream(server: Any, stdin: BinaryIO) -> None:
 
 def parse_error(protocol: Any, reason: str) -> None:
     log.warning("JSON-RPC parse error: %s", reason)
-    protocol._send_data({"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": f"Parse error: {reason}"}})
+    protocol._send_data(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": f"Parse error: {reason}"}}
+    )

@@ -5,8 +5,14 @@ The SDK is imported only when the server runs."""
 from __future__ import annotations
 
 
-def serve(storage: str | None, scope=None, *, dense: str = "live", embedding_model: str | None = None,  # noqa: ANN001
-          switch_model: bool = False) -> int:
+def serve(
+    storage: str | None,
+    scope=None,
+    *,
+    dense: str = "live",
+    embedding_model: str | None = None,  # noqa: ANN001
+    switch_model: bool = False,
+) -> int:
     """Run the MCP server on stdio until the client closes it."""
     import anyio
 

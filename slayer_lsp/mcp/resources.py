@@ -63,20 +63,27 @@ def _visible_models(catalog: Catalog) -> list[str]:
 
 def listing(catalog: Catalog) -> list[ResourceRef]:
     """Every resource of the session, in a stable order: datasources, models, memories."""
-    out = [ResourceRef(datasource_uri(name), name, f"datasource {name}", ds.description)
-           for name, ds in catalog.datasources.items()]
+    out = [
+        ResourceRef(datasource_uri(name), name, f"datasource {name}", ds.description)
+        for name, ds in catalog.datasources.items()
+    ]
     models = catalog.models
-    out.extend(ResourceRef(model_uri(mid), mid, f"model {mid}", models[mid].description)
-               for mid in _visible_models(catalog))
-    out.extend(ResourceRef(memory_uri(mid), memory_ref(mid), f"memory {mid}", mem.description
-                           or _first_line(mem.learning))
-               for mid, mem in catalog.memories.items())
+    out.extend(
+        ResourceRef(model_uri(mid), mid, f"model {mid}", models[mid].description)
+        for mid in _visible_models(catalog)
+    )
+    out.extend(
+        ResourceRef(
+            memory_uri(mid), memory_ref(mid), f"memory {mid}", mem.description or _first_line(mem.learning)
+        )
+        for mid, mem in catalog.memories.items()
+    )
     return out
 
 
 def _first_line(text: str, limit: int = 200) -> str:
     line = text.strip().split("\n", 1)[0]
-    return line if len(line) <= limit else line[:limit - 1] + "…"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def page(items: list[ResourceRef], cursor: str | None) -> tuple[list[ResourceRef], str | None]:
@@ -113,7 +120,7 @@ def read(catalog: Catalog, uri: str) -> str | None:
     (unknown, unreachable or hidden alike)."""
     if not uri.startswith(SCHEME):
         return None
-    kind, _, rest = uri[len(SCHEME):].partition("/")
+    kind, _, rest = uri[len(SCHEME) :].partition("/")
     value: mt.DatasourceResource | mt.ModelResource | mt.MemoryResource | None
     if kind == "datasource":
         value = _datasource(catalog, unquote(rest))
@@ -132,8 +139,14 @@ def _datasource(catalog: Catalog, name: str) -> mt.DatasourceResource | None:
     if ds is None:
         return None
     models = [mid for mid in _visible_models(catalog) if datasource_of(mid) == name]
-    return mt.DatasourceResource(name=name, type=ds.type, database=ds.database, schema_name=ds.schema_name,
-                                 description=ds.description, models=models)
+    return mt.DatasourceResource(
+        name=name,
+        type=ds.type,
+        database=ds.database,
+        schema_name=ds.schema_name,
+        description=ds.description,
+        models=models,
+    )
 
 
 def _model(catalog: Catalog, ds: str, name: str) -> mt.ModelResource | None:
@@ -145,31 +158,76 @@ def _model(catalog: Catalog, ds: str, name: str) -> mt.ModelResource | None:
     for col in model.columns:
         if col.hidden:
             continue
-        samples = list(col.sampled_values) if col.sampled_values is not None else (
-            [col.sampled] if col.sampled else None)
-        columns.append(mt.ColumnInfo(name=col.name, type=col.type, description=col.description, label=col.label,
-                                     primary_key=col.primary_key, sql=col.sql, samples=samples))
-    measures = [mt.MeasureInfo(name=m.name, formula=m.formula, description=m.description, label=m.label)
-                for m in model.measures if m.name]
-    aggregations = [mt.AggregationInfo(name=a.name, formula=a.formula, params=[p.name for p in a.params],
-                                       description=a.description) for a in model.aggregations]
-    joins = [mt.JoinInfo(target_model=j.target_model, join_pairs=[list(pair) for pair in j.join_pairs],
-                         join_type=j.join_type, cardinality=j.cardinality, name=j.name, description=j.description)
-             for j in model.joins]
-    about = [mem_id for mem_id, mem in catalog.memories.items()
-             if any(is_descendant_or_self(tag, mid) for tag in mem.entities)]
-    return mt.ModelResource(id=mid, name=name, datasource=ds, description=model.description,
-                            sql_table=model.sql_table, default_time_dimension=model.default_time_dimension,
-                            columns=columns, measures=measures, aggregations=aggregations, joins=joins,
-                            memories=about)
+        samples = (
+            list(col.sampled_values)
+            if col.sampled_values is not None
+            else ([col.sampled] if col.sampled else None)
+        )
+        columns.append(
+            mt.ColumnInfo(
+                name=col.name,
+                type=col.type,
+                description=col.description,
+                label=col.label,
+                primary_key=col.primary_key,
+                sql=col.sql,
+                samples=samples,
+            )
+        )
+    measures = [
+        mt.MeasureInfo(name=m.name, formula=m.formula, description=m.description, label=m.label)
+        for m in model.measures
+        if m.name
+    ]
+    aggregations = [
+        mt.AggregationInfo(
+            name=a.name, formula=a.formula, params=[p.name for p in a.params], description=a.description
+        )
+        for a in model.aggregations
+    ]
+    joins = [
+        mt.JoinInfo(
+            target_model=j.target_model,
+            join_pairs=[list(pair) for pair in j.join_pairs],
+            join_type=j.join_type,
+            cardinality=j.cardinality,
+            name=j.name,
+            description=j.description,
+        )
+        for j in model.joins
+    ]
+    about = [
+        mem_id
+        for mem_id, mem in catalog.memories.items()
+        if any(is_descendant_or_self(tag, mid) for tag in mem.entities)
+    ]
+    return mt.ModelResource(
+        id=mid,
+        name=name,
+        datasource=ds,
+        description=model.description,
+        sql_table=model.sql_table,
+        default_time_dimension=model.default_time_dimension,
+        columns=columns,
+        measures=measures,
+        aggregations=aggregations,
+        joins=joins,
+        memories=about,
+    )
 
 
 def _memory(catalog: Catalog, memory_id: str) -> mt.MemoryResource | None:
     mem = catalog.memory(memory_id)
     if mem is None:
         return None
-    return mt.MemoryResource(id=memory_id, learning=mem.learning, description=mem.description,
-                             entities=list(mem.entities), query=mem.query, created_at=mem.created_at or None)
+    return mt.MemoryResource(
+        id=memory_id,
+        learning=mem.learning,
+        description=mem.description,
+        entities=list(mem.entities),
+        query=mem.query,
+        created_at=mem.created_at or None,
+    )
 
 
 def changed_uris(catalog: Catalog, delta: Delta) -> set[str]:

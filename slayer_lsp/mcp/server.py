@@ -66,8 +66,15 @@ class ToolError(Exception):
 class McpApp:
     """One session's state: the engine, the first index, the watcher, and who to tell of changes."""
 
-    def __init__(self, storage: str | None, scope: Any = None, *, dense: str = "live",
-                 embedding_model: str | None = None, switch_model: bool = False) -> None:
+    def __init__(
+        self,
+        storage: str | None,
+        scope: Any = None,
+        *,
+        dense: str = "live",
+        embedding_model: str | None = None,
+        switch_model: bool = False,
+    ) -> None:
         from slayer_lsp.engine import Engine
         from slayer_lsp.reach.scope import Scope
 
@@ -75,8 +82,14 @@ class McpApp:
         self.engine: Any = None
         self.engine_error: str | None = None
         try:
-            self.engine = Engine(storage, dense=dense, embedding_model=embedding_model, switch_model=switch_model,
-                                 compact_after_s=COMPACT_AFTER_S, scope=self.scope)
+            self.engine = Engine(
+                storage,
+                dense=dense,
+                embedding_model=embedding_model,
+                switch_model=switch_model,
+                compact_after_s=COMPACT_AFTER_S,
+                scope=self.scope,
+            )
         except Exception as exc:  # noqa: BLE001 - a bad store path is reported by every tool, not a crash
             log.exception("cannot open the store %r", storage)
             self.engine_error = f"cannot open the store {storage!r}: {exc}"
@@ -122,8 +135,11 @@ class McpApp:
         assert self.ready is not None
         self.ready.set()
         state = self.engine.current()
-        log.info("slayer-lsp mcp: %s indexed (%d entities)", self.engine.location,
-                 len(state.catalog.entities) if state is not None else 0)
+        log.info(
+            "slayer-lsp mcp: %s indexed (%d entities)",
+            self.engine.location,
+            len(state.catalog.entities) if state is not None else 0,
+        )
         self._start_watcher()
         self._note_fault(state.catalog.fatal if state is not None else None)
 
@@ -156,7 +172,9 @@ class McpApp:
         from slayer_lsp.watch import StoreWatcher, watch_quiet_ms
 
         if self.watcher is None and self.engine is not None:
-            self.watcher = StoreWatcher(self.engine.location, self._on_store_change, quiet_ms=watch_quiet_ms())
+            self.watcher = StoreWatcher(
+                self.engine.location, self._on_store_change, quiet_ms=watch_quiet_ms()
+            )
             self.watcher.start()
 
     def _on_store_change(self, paths: set[str]) -> None:
@@ -217,8 +235,10 @@ class McpApp:
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         spec = mt.TOOLS_BY_NAME.get(params.name)
         if spec is None:
-            raise MCPError(INVALID_PARAMS, f"unknown tool {params.name[:100]!r}; the tools are "
-                                           f"{', '.join(t.name for t in mt.TOOLS)}")
+            raise MCPError(
+                INVALID_PARAMS,
+                f"unknown tool {params.name[:100]!r}; the tools are {', '.join(t.name for t in mt.TOOLS)}",
+            )
         try:
             args = _checked_arguments(params.arguments)
             try:
@@ -227,34 +247,52 @@ class McpApp:
                 raise ToolError(f"invalid arguments: {exc}") from None
             result = await getattr(self, f"tool_{spec.name}")(ctx, decoded)
         except ToolError as exc:
-            return types.CallToolResult(content=[types.TextContent(text=f"{spec.name}: {exc}")], is_error=True)
+            return types.CallToolResult(
+                content=[types.TextContent(text=f"{spec.name}: {exc}")], is_error=True
+            )
         data = msgspec.to_builtins(result)
         text = msgspec.json.encode(data).decode()
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=data)
 
-    async def list_resources(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+    async def list_resources(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
         engine = await self._engine_or_error(ctx)
         cursor = params.cursor if params is not None else None
         try:
-            items, next_cursor = await asyncio.to_thread(lambda: res.page(res.listing(engine.catalog), cursor))
+            items, next_cursor = await asyncio.to_thread(
+                lambda: res.page(res.listing(engine.catalog), cursor)
+            )
         except res.BadCursor as exc:
             raise MCPError(INVALID_PARAMS, str(exc)) from None
-        return types.ListResourcesResult(next_cursor=next_cursor, resources=[
-            types.Resource(uri=r.uri, name=r.name, title=r.title, description=r.description, mime_type=res.MIME)
-            for r in items])
+        return types.ListResourcesResult(
+            next_cursor=next_cursor,
+            resources=[
+                types.Resource(
+                    uri=r.uri, name=r.name, title=r.title, description=r.description, mime_type=res.MIME
+                )
+                for r in items
+            ],
+        )
 
     async def list_templates(self, ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(resource_templates=[
-            types.ResourceTemplate(uri_template=uri, name=name, description=text, mime_type=res.MIME)
-            for uri, name, text in mt.RESOURCE_TEMPLATES])
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(uri_template=uri, name=name, description=text, mime_type=res.MIME)
+                for uri, name, text in mt.RESOURCE_TEMPLATES
+            ]
+        )
 
-    async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    async def read_resource(
+        self, ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
         engine = await self._engine_or_error(ctx)
         text = await asyncio.to_thread(res.read, engine.catalog, params.uri)
         if text is None:
             raise MCPError(INVALID_PARAMS, f"no such resource: {params.uri[:300]!r}")
-        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=params.uri, mime_type=res.MIME,
-                                                                             text=text)])
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=params.uri, mime_type=res.MIME, text=text)]
+        )
 
     async def subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
         if len(self.subscribed) < 10_000:  # a client cannot grow this without bound
@@ -310,19 +348,30 @@ class McpApp:
             out.update(store=str(engine.location.path), backend=engine.location.backend)
         state = engine.current() if engine is not None else None
         if state is not None:
+
             def report() -> dict[str, Any]:
                 data = msgspec.to_builtins(engine_status(engine))
-                data.update(refreshes=engine.stats.refreshes, issues=[str(i) for i in state.catalog.issues][:50])
+                data.update(
+                    refreshes=engine.stats.refreshes, issues=[str(i) for i in state.catalog.issues][:50]
+                )
                 return data
 
             out.update(await asyncio.to_thread(report))
         scope = self.scope
-        out.update(ready=state is not None and self.ready is not None and self.ready.is_set(),
-                   indexing=self.indexing, server_error=self.engine_error,
-                   scope=mt.ScopeReport(datasources=list(scope.datasources), untagged_only=scope.access_tags == (),
-                                        access_tags=list(scope.access_tags) if scope.access_tags else None),
-                   watching=str(self.watcher.watching) if self.watcher is not None and self.watcher.running else None,
-                   uptime_s=round(time.time() - self.started, 1))
+        out.update(
+            ready=state is not None and self.ready is not None and self.ready.is_set(),
+            indexing=self.indexing,
+            server_error=self.engine_error,
+            scope=mt.ScopeReport(
+                datasources=list(scope.datasources),
+                untagged_only=scope.access_tags == (),
+                access_tags=list(scope.access_tags) if scope.access_tags else None,
+            ),
+            watching=str(self.watcher.watching)
+            if self.watcher is not None and self.watcher.running
+            else None,
+            uptime_s=round(time.time() - self.started, 1),
+        )
         return msgspec.convert(out, mt.McpStatus, from_attributes=True)
 
     async def tool_save_memory(self, ctx: Any, params: Any) -> Any:
@@ -340,8 +389,9 @@ class McpApp:
 
         saved, delta = await asyncio.to_thread(work)
         await self.announce(delta)
-        return p.SaveMemoryResult(id=saved.id, entities=saved.entities, created=saved.created,
-                                  warnings=saved.warnings)
+        return p.SaveMemoryResult(
+            id=saved.id, entities=saved.entities, created=saved.created, warnings=saved.warnings
+        )
 
     async def tool_forget_memory(self, ctx: Any, params: Any) -> Any:
         from slayer_lsp.writer import scoped as writes
@@ -371,11 +421,13 @@ class McpApp:
 
 def _refusing(error: type[Exception], fn: Any) -> Any:
     """``fn`` with ``error`` (a refused request) turned into a ``ToolError``."""
+
     def call(*args: Any) -> Any:
         try:
             return fn(*args)
         except error as exc:
             raise ToolError(str(exc)) from None
+
     return call
 
 
@@ -414,8 +466,13 @@ def _save_arguments(params: p.SaveMemoryParams) -> dict[str, Any]:
         entities, query = params.links()
     except ValueError as exc:
         raise ToolError(str(exc)) from None
-    return {"learning": params.learning, "entities": entities, "query": query, "id": params.id,
-            "description": params.description}
+    return {
+        "learning": params.learning,
+        "entities": entities,
+        "query": query,
+        "id": params.id,
+        "description": params.description,
+    }
 
 
 def _log_failure(future: concurrent.futures.Future[None]) -> None:
@@ -434,11 +491,20 @@ def build_server(app: McpApp) -> Server[Any]:
             await app.stop()
 
     server: Server[Any] = Server(
-        "slayer-lsp", version=__version__, title="SLayer semantic layer", instructions=INSTRUCTIONS,
-        lifespan=lifespan, on_list_tools=app.list_tools, on_call_tool=app.call_tool,
-        on_list_resources=app.list_resources, on_list_resource_templates=app.list_templates,
-        on_read_resource=app.read_resource, on_subscribe_resource=app.subscribe,
-        on_unsubscribe_resource=app.unsubscribe, on_subscriptions_listen=app.listen)
+        "slayer-lsp",
+        version=__version__,
+        title="SLayer semantic layer",
+        instructions=INSTRUCTIONS,
+        lifespan=lifespan,
+        on_list_tools=app.list_tools,
+        on_call_tool=app.call_tool,
+        on_list_resources=app.list_resources,
+        on_list_resource_templates=app.list_templates,
+        on_read_resource=app.read_resource,
+        on_subscribe_resource=app.subscribe,
+        on_unsubscribe_resource=app.unsubscribe,
+        on_subscriptions_listen=app.listen,
+    )
     server.add_notification_handler("notifications/initialized", types.NotificationParams, app.on_initialized)
     return server
 

@@ -157,55 +157,79 @@ class ToolSpec:
 
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
-        "search", "Search the semantic layer",
+        "search",
+        "Search the semantic layer",
         "Find the datasources, models, columns, measures, aggregations and saved memories (notes other "
         "agents left) that answer a question. Returns `results` ranked best first, each with `kind`, "
         "canonical `id` (e.g. `jaffle.orders.order_total`, `memory:3`), `score` (ranks this answer only), "
         "`description` and a short `text`; plus `warnings`. Use it before writing a query to learn which "
-        "columns and tables to use and what is already known about them; pass `kinds: [\"memory\"]` for "
+        'columns and tables to use and what is already known about them; pass `kinds: ["memory"]` for '
         "notes only, `entities` to list what is linked to known references, `datasource` to stay in one "
-        "database. Example: {\"question\": \"net sales by store last year\", \"max_results\": 10}.",
-        SearchParams, SearchResponse),
+        'database. Example: {"question": "net sales by store last year", "max_results": 10}.',
+        SearchParams,
+        SearchResponse,
+    ),
     ToolSpec(
-        "search_facets", "Search one kind by several facets",
+        "search_facets",
+        "Search one kind by several facets",
         "Rank the entities of one `kind` (datasource, model, column, measure, aggregation or memory) on "
         "several facets at once and keep those that match every facet (the score is the weakest facet's). "
         "Facets: `meaning` (what it is), `values` (sampled values), `name`, `description`, ... Returns "
         "`results` with each facet's own score in `facet_scores`, the `channel` used and `warnings`. Use it "
-        "when a question names both what a column means and values it holds. Example: {\"kind\": "
-        "\"column\", \"facets\": {\"meaning\": \"order state\", \"values\": \"completed\"}}.",
-        SearchFacetsParams, SearchFacetsResponse),
+        'when a question names both what a column means and values it holds. Example: {"kind": '
+        '"column", "facets": {"meaning": "order state", "values": "completed"}}.',
+        SearchFacetsParams,
+        SearchFacetsResponse,
+    ),
     ToolSpec(
-        "inspect", "Inspect references",
+        "inspect",
+        "Inspect references",
         "Everything the semantic layer says about references written as a user would (`orders.amount`, "
         "`jaffle.orders`, `sum(orders.subtotal)`, `memory:3`): canonical id, kind, description, rendered "
         "text, sampled values; for a memory its learning, tags (stale ones marked) and query. Returns "
         "`items` in the order asked; an item with `error` names nothing this session can reach. At most "
         f"{MAX_INSPECT_REFS} references. Use it to check a name before using it in a query. Example: "
-        "{\"refs\": [\"orders.order_total\", \"memory:1\"]}.",
-        p.InspectParams, InspectResult),
+        '{"refs": ["orders.order_total", "memory:1"]}.',
+        p.InspectParams,
+        InspectResult,
+    ),
     ToolSpec(
-        "status", "Store and index status",
+        "status",
+        "Store and index status",
         "The store this server reads, whether its first index is ready, entity counts per kind, load "
         "issues, the embedding channel and the session's scope. Takes no arguments; answers at once, even "
         "while indexing. Use it when answers look empty or stale. Example: {}.",
-        p.StatusParams, McpStatus),
+        p.StatusParams,
+        McpStatus,
+    ),
     ToolSpec(
-        "save_memory", "Save a memory",
+        "save_memory",
+        "Save a memory",
         "Save what you learned (a `learning`, in plain prose) so that later searches find it, tagged with "
         "the `entities` it is about (references, each must resolve) or with the `query` it came from "
         "(a SLayer query whose references become the tags), exactly as SLayer's own save_memory. "
         "Give `id` to replace an existing memory, `description` for a one-line summary. Returns the "
         "memory's `id`, its canonical tags in `entities`, `created` (false when replaced) and "
-        "`warnings`. Example: {\"learning\": \"order_total includes tax; use subtotal for net sales\", "
-        "\"entities\": [\"orders.order_total\", \"orders.subtotal\"]}.",
-        p.SaveMemoryParams, p.SaveMemoryResult, read_only=False, destructive=True, idempotent=False),
+        '`warnings`. Example: {"learning": "order_total includes tax; use subtotal for net sales", '
+        '"entities": ["orders.order_total", "orders.subtotal"]}.',
+        p.SaveMemoryParams,
+        p.SaveMemoryResult,
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+    ),
     ToolSpec(
-        "forget_memory", "Forget a memory",
+        "forget_memory",
+        "Forget a memory",
         "Delete a saved memory by `id` (and the `memory:<id>` links other memories hold to it), as "
         "SLayer's forget_memory. Returns `forgotten`: false when there is no such memory (nothing "
-        "changed). Use it for a memory that is wrong or obsolete. Example: {\"id\": \"12\"}.",
-        p.ForgetMemoryParams, p.ForgetMemoryResult, read_only=False, destructive=True, idempotent=True),
+        'changed). Use it for a memory that is wrong or obsolete. Example: {"id": "12"}.',
+        p.ForgetMemoryParams,
+        p.ForgetMemoryResult,
+        read_only=False,
+        destructive=True,
+        idempotent=True,
+    ),
 )
 TOOLS_BY_NAME = {t.name: t for t in TOOLS}
 
@@ -232,22 +256,31 @@ def tool_list() -> list[dict[str, Any]]:
     """Every tool as ``tools/list`` announces it (camelCase keys, as on the wire)."""
     out = []
     for spec in TOOLS:
-        out.append({
-            "name": spec.name,
-            "title": spec.title,
-            "description": spec.description,
-            "inputSchema": json_schema(spec.params, closed=True),
-            "outputSchema": json_schema(spec.result),
-            "annotations": {"title": spec.title, "readOnlyHint": spec.read_only,
-                            "destructiveHint": spec.destructive, "idempotentHint": spec.idempotent,
-                            "openWorldHint": False},
-        })
+        out.append(
+            {
+                "name": spec.name,
+                "title": spec.title,
+                "description": spec.description,
+                "inputSchema": json_schema(spec.params, closed=True),
+                "outputSchema": json_schema(spec.result),
+                "annotations": {
+                    "title": spec.title,
+                    "readOnlyHint": spec.read_only,
+                    "destructiveHint": spec.destructive,
+                    "idempotentHint": spec.idempotent,
+                    "openWorldHint": False,
+                },
+            }
+        )
     return out
 
 
 RESOURCE_TEMPLATES: tuple[tuple[str, str, str], ...] = (
     ("slayer://datasource/{name}", "datasource", "A datasource and the ids of its models."),
-    ("slayer://model/{datasource}.{model}", "model",
-     "A model with its columns, named measures, custom aggregations, joins and the memories about it."),
+    (
+        "slayer://model/{datasource}.{model}",
+        "model",
+        "A model with its columns, named measures, custom aggregations, joins and the memories about it.",
+    ),
     ("slayer://memory/{id}", "memory", "A saved memory: its learning, tags and query."),
 )

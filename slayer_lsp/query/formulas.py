@@ -21,38 +21,139 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 __all__ = [
-    "Agg", "Lit", "ModeBError", "Node", "Op", "Ref", "Scalar", "Star", "Transform",
-    "call_callee", "entity_tokens", "walk_refs", "filter_tokens", "formula_tokens", "functional_call_column",
-    "parse", "split_agg_ref", "split_colon_suffix",
+    "Agg",
+    "Lit",
+    "ModeBError",
+    "Node",
+    "Op",
+    "Ref",
+    "Scalar",
+    "Star",
+    "Transform",
+    "call_callee",
+    "entity_tokens",
+    "walk_refs",
+    "filter_tokens",
+    "formula_tokens",
+    "functional_call_column",
+    "parse",
+    "split_agg_ref",
+    "split_colon_suffix",
 ]
 
 # Function-name vocabularies of SLayer 1.4.1 (what decides how a call is read).
-BUILTIN_AGGREGATIONS = frozenset({
-    "avg", "corr", "count", "count_distinct", "count_distinct_approx", "covar_pop", "covar_samp", "first",
-    "last", "max", "median", "min", "percentile", "stddev_pop", "stddev_samp", "sum", "var_pop", "var_samp",
-    "weighted_avg",
-})
+BUILTIN_AGGREGATIONS = frozenset(
+    {
+        "avg",
+        "corr",
+        "count",
+        "count_distinct",
+        "count_distinct_approx",
+        "covar_pop",
+        "covar_samp",
+        "first",
+        "last",
+        "max",
+        "median",
+        "min",
+        "percentile",
+        "stddev_pop",
+        "stddev_samp",
+        "sum",
+        "var_pop",
+        "var_samp",
+        "weighted_avg",
+    }
+)
 AGGREGATION_ALIASES = {
-    "countd": "count_distinct", "countdistinct": "count_distinct",
-    "approx_count_distinct": "count_distinct_approx", "countdistinctapprox": "count_distinct_approx",
-    "stddev": "stddev_samp", "var": "var_samp", "variance": "var_samp",
+    "countd": "count_distinct",
+    "countdistinct": "count_distinct",
+    "approx_count_distinct": "count_distinct_approx",
+    "countdistinctapprox": "count_distinct_approx",
+    "stddev": "stddev_samp",
+    "var": "var_samp",
+    "variance": "var_samp",
 }
-TRANSFORMS = frozenset({
-    "change", "change_pct", "consecutive_periods", "cumsum", "dense_rank", "first", "lag", "last", "lead",
-    "ntile", "percent_rank", "rank", "time_shift",
-})
-SCALAR_FUNCTIONS = frozenset({
-    "abs", "ceil", "ceiling", "coalesce", "concat", "current_date", "date_add", "date_diff", "date_part",
-    "exp", "floor", "greatest", "ifnull", "iif", "instr", "interval", "least", "length", "like", "ln", "log",
-    "log10", "log2", "lower", "ltrim", "mod", "now", "nullif", "pow", "power", "replace", "round", "rtrim",
-    "sign", "sqrt", "substr", "substring", "trim", "trunc", "upper",
-})
-DATE_PART_ALIASES = frozenset({
-    "isodow", "day_of_week", "doy", "dayofyear", "day_of_year", "isoyear", "iso_year", "isoweek", "iso_week",
-    "weekofyear", "dayofmonth", "day_of_month",
-})
-GRANULARITY_NAMES = frozenset({"second", "minute", "hour", "day", "week", "week_sunday", "month", "quarter",
-                               "year"})
+TRANSFORMS = frozenset(
+    {
+        "change",
+        "change_pct",
+        "consecutive_periods",
+        "cumsum",
+        "dense_rank",
+        "first",
+        "lag",
+        "last",
+        "lead",
+        "ntile",
+        "percent_rank",
+        "rank",
+        "time_shift",
+    }
+)
+SCALAR_FUNCTIONS = frozenset(
+    {
+        "abs",
+        "ceil",
+        "ceiling",
+        "coalesce",
+        "concat",
+        "current_date",
+        "date_add",
+        "date_diff",
+        "date_part",
+        "exp",
+        "floor",
+        "greatest",
+        "ifnull",
+        "iif",
+        "instr",
+        "interval",
+        "least",
+        "length",
+        "like",
+        "ln",
+        "log",
+        "log10",
+        "log2",
+        "lower",
+        "ltrim",
+        "mod",
+        "now",
+        "nullif",
+        "pow",
+        "power",
+        "replace",
+        "round",
+        "rtrim",
+        "sign",
+        "sqrt",
+        "substr",
+        "substring",
+        "trim",
+        "trunc",
+        "upper",
+    }
+)
+DATE_PART_ALIASES = frozenset(
+    {
+        "isodow",
+        "day_of_week",
+        "doy",
+        "dayofyear",
+        "day_of_year",
+        "isoyear",
+        "iso_year",
+        "isoweek",
+        "iso_week",
+        "weekofyear",
+        "dayofmonth",
+        "day_of_month",
+    }
+)
+GRANULARITY_NAMES = frozenset(
+    {"second", "minute", "hour", "day", "week", "week_sunday", "month", "quarter", "year"}
+)
 
 
 class ModeBError(ValueError):
@@ -165,7 +266,8 @@ class _Tok:
 _STR_RE = re.compile(r"'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"")
 _COLAGG_RE = re.compile(r"(\*|[a-zA-Z_]\w*(?:\.[a-zA-Z_]\w*)*(?:\.\*)?):([a-zA-Z_]\w*)")
 _NUM_RE = re.compile(
-    r"(?:0[xXoObB][0-9a-fA-F_]+|\d[\d_]*(?:\.[\d_]*)?(?:[eE][+-]?\d+)?|\.\d[\d_]*(?:[eE][+-]?\d+)?)([jJ])?")
+    r"(?:0[xXoObB][0-9a-fA-F_]+|\d[\d_]*(?:\.[\d_]*)?(?:[eE][+-]?\d+)?|\.\d[\d_]*(?:[eE][+-]?\d+)?)([jJ])?"
+)
 _NAME_RE = re.compile(r"[^\W\d]\w*")
 _OPS = ("**", "//", "==", "!=", "<=", ">=", "<>", "||", "<<", ">>")
 _SQL_KEYWORDS = frozenset({"and", "or", "not", "is", "in"})
@@ -211,7 +313,7 @@ def _tokenize(text: str) -> list[_Tok]:
             toks.append(_Tok("NAME", m.group(), i))
             i = m.end()
             continue
-        two = text[i:i + 2]
+        two = text[i : i + 2]
         if two in _OPS:
             toks.append(_Tok("OP", two, i))
             i += 2
@@ -242,11 +344,18 @@ class _Parser:
         self.text = text
         self.toks = _tokenize(text)
         for k, tok in enumerate(self.toks[:-1]):
-            if tok.kind == "NAME" and tok.value.isascii() and tok.value.lower() == "over" \
-                    and self.toks[k + 1].value == "(" and not (k and self.toks[k - 1].value == "."):
-                raise ModeBError(f"Invalid Mode-B expression {text!r}: raw OVER(...) is not allowed in Mode-B; "
-                                 f"use a transform instead (rank, percent_rank, dense_rank, ntile, cumsum, lag, "
-                                 f"lead, time_shift, ...).")
+            if (
+                tok.kind == "NAME"
+                and tok.value.isascii()
+                and tok.value.lower() == "over"
+                and self.toks[k + 1].value == "("
+                and not (k and self.toks[k - 1].value == ".")
+            ):
+                raise ModeBError(
+                    f"Invalid Mode-B expression {text!r}: raw OVER(...) is not allowed in Mode-B; "
+                    f"use a transform instead (rank, percent_rank, dense_rank, ntile, cumsum, lag, "
+                    f"lead, time_shift, ...)."
+                )
         self.i = 0
         self.sql = sql
         self.tuple_ok_at = -1  # token index where a literal tuple may start (an ``in`` right-hand side)
@@ -450,8 +559,10 @@ class _Parser:
         else:
             self.fail("unexpected token")
         if isinstance(node, _Bad):
-            self.refuse(f"unsupported {node.what}; a tuple or list may only hold literals, on the right-hand side "
-                        f"of in / not in")
+            self.refuse(
+                f"unsupported {node.what}; a tuple or list may only hold literals, on the right-hand side "
+                f"of in / not in"
+            )
         if isinstance(node, Lit) and node.kind == "tuple" and start != self.tuple_ok_at:
             self.fail("a literal tuple is only valid on the right-hand side of in / not in")
         if self.at_op("("):
@@ -499,8 +610,9 @@ class _Parser:
         if word.isascii() and word.upper() == "CASE" and self.case_has_when():
             return self.case_expr()
         if word in ("True", "False", "None") or (
-                word.lower() in ("true", "false", "null") and not (self.peek().kind == "OP"
-                                                                  and self.peek().value in ".(")):
+            word.lower() in ("true", "false", "null")
+            and not (self.peek().kind == "OP" and self.peek().value in ".(")
+        ):
             self.i += 1
             return Lit()
         if self.sql and word.isascii() and word.lower() in _SQL_KEYWORDS:
@@ -579,8 +691,13 @@ class _Parser:
         return node
 
     def is_extract(self) -> bool:
-        return (self.peek().kind == "OP" and self.peek().value == "(" and self.peek(2).kind in ("NAME", "STR")
-                and self.peek(3).kind == "NAME" and self.peek(3).value.lower() == "from")
+        return (
+            self.peek().kind == "OP"
+            and self.peek().value == "("
+            and self.peek(2).kind in ("NAME", "STR")
+            and self.peek(3).kind == "NAME"
+            and self.peek(3).value.lower() == "from"
+        )
 
     def extract_call(self) -> Node:
         self.i += 4  # extract ( part from
@@ -596,15 +713,23 @@ class _Parser:
         seen: set[str] = set()
         first = True
         while not self.at_op(")"):
-            if first and self.tok.kind == "NAME" and self.tok.value.isascii() \
-                    and self.tok.value.lower() == "distinct" and not (self.peek().kind == "OP"
-                                                                   and self.peek().value == "."):
+            if (
+                first
+                and self.tok.kind == "NAME"
+                and self.tok.value.isascii()
+                and self.tok.value.lower() == "distinct"
+                and not (self.peek().kind == "OP" and self.peek().value == ".")
+            ):
                 self.fail("DISTINCT is supported only as count(distinct x), i.e. count_distinct(x)")
             if first and self.at_op("*") and self.peek().kind == "OP" and self.peek().value in (",", ")"):
                 self.i += 1
                 args.append(Star())
-            elif self.tok.kind == "NAME" and self.peek().kind == "OP" and self.peek().value == "=" \
-                    and self.is_kwarg(callee, first):
+            elif (
+                self.tok.kind == "NAME"
+                and self.peek().kind == "OP"
+                and self.peek().value == "="
+                and self.is_kwarg(callee, first)
+            ):
                 name = self.tok.value
                 if name in seen:
                     self.refuse(f"keyword argument {name!r} repeated")
@@ -657,11 +782,20 @@ class _Parser:
 
     def call(self, name: str) -> Node:
         callee = name
-        if name.isascii() and name.lower() == "count" and self.peek().kind == "NAME" \
-                and self.peek().value.isascii() and self.peek().value.lower() == "distinct" \
-                and not (self.peek(2).kind == "OP" and self.peek(2).value in (".", ",", ")")) \
-                and not (self.peek(2).kind == "OP" and self.peek(2).value == "*"
-                         and self.peek(3).kind == "OP" and self.peek(3).value in (",", ")")):
+        if (
+            name.isascii()
+            and name.lower() == "count"
+            and self.peek().kind == "NAME"
+            and self.peek().value.isascii()
+            and self.peek().value.lower() == "distinct"
+            and not (self.peek(2).kind == "OP" and self.peek(2).value in (".", ",", ")"))
+            and not (
+                self.peek(2).kind == "OP"
+                and self.peek(2).value == "*"
+                and self.peek(3).kind == "OP"
+                and self.peek(3).value in (",", ")")
+            )
+        ):
             del self.toks[self.i + 1]  # ``count(distinct x)`` is ``count_distinct(x)``
             callee = "count_distinct"
         args, kwargs = self.call_args(callee)
@@ -676,8 +810,10 @@ class _Parser:
             reason = f"calls {name!r}, which is not an aggregation"
         elif not args:
             reason = "needs the aggregated value as its first argument"
-        elif any(isinstance(leaf, (Agg, Transform)) or (isinstance(leaf, Ref) and len(leaf.parts) > 1)
-                 for leaf in _source_leaves(args[0])):
+        elif any(
+            isinstance(leaf, (Agg, Transform)) or (isinstance(leaf, Ref) and len(leaf.parts) > 1)
+            for leaf in _source_leaves(args[0])
+        ):
             reason = "may read only bare column names of that path"
         elif any(k == "partition_by" for k, _ in kwargs):
             reason = "cannot take partition_by="
@@ -714,8 +850,10 @@ class _Parser:
             return Agg(args[0], name, args[1:], kwargs)
         if args and any(isinstance(leaf, Agg) for leaf in _source_leaves(args[0])):
             return Agg(args[0], name, args[1:], kwargs)
-        self.refuse(f"function {name!r} is not allowed in Mode B (not a scalar function, transform or "
-                  f"aggregation over a value)")
+        self.refuse(
+            f"function {name!r} is not allowed in Mode B (not a scalar function, transform or "
+            f"aggregation over a value)"
+        )
         raise AssertionError  # unreachable
 
 
@@ -808,7 +946,7 @@ def split_colon_suffix(raw: str) -> tuple[str, str | None]:
         elif ch == ")":
             depth -= 1
         elif ch == ":" and depth == 0:
-            return raw[:i], raw[i + 1:]
+            return raw[:i], raw[i + 1 :]
     return raw, None
 
 
@@ -826,8 +964,10 @@ def split_agg_ref(raw: str) -> tuple[str, str | None]:
     except RecursionError as exc:
         raise ModeBError(f"{raw!r} is nested too deeply") from exc
     if not isinstance(node, Agg) or not isinstance(node.source, (Ref, Star)):
-        raise ModeBError(f"{raw!r} is not a single aggregated column reference; only the `agg(column)` "
-                         f"form names an entity.")
+        raise ModeBError(
+            f"{raw!r} is not a single aggregated column reference; only the `agg(column)` "
+            f"form names an entity."
+        )
     return ("*" if isinstance(node.source, Star) else node.source.text), node.name
 
 
@@ -837,11 +977,45 @@ _FILTER_AGG_SUFFIX = re.compile(r":\w+(?:\([^)]*\))?")
 _FILTER_LITERAL = re.compile(r"'[^']*'|\"[^\"]*\"")
 _FILTER_VARIABLE = re.compile(r"\{[^}]*\}")
 _FILTER_TOKEN = re.compile(r"[a-zA-Z_]\w*(?:\.[a-zA-Z_]\w*)*")
-_FILTER_SKIP = frozenset({
-    "and", "or", "not", "is", "null", "in", "like", "between", "true", "false", "case", "when", "then",
-    "else", "end", "exists", "coalesce", "nullif", "cast", "ln", "log", "log2", "log10", "exp", "sqrt",
-    "pow", "power", "abs", "round", "floor", "ceil", "ceiling", "current_date", "current_timestamp", "now",
-})
+_FILTER_SKIP = frozenset(
+    {
+        "and",
+        "or",
+        "not",
+        "is",
+        "null",
+        "in",
+        "like",
+        "between",
+        "true",
+        "false",
+        "case",
+        "when",
+        "then",
+        "else",
+        "end",
+        "exists",
+        "coalesce",
+        "nullif",
+        "cast",
+        "ln",
+        "log",
+        "log2",
+        "log10",
+        "exp",
+        "sqrt",
+        "pow",
+        "power",
+        "abs",
+        "round",
+        "floor",
+        "ceil",
+        "ceiling",
+        "current_date",
+        "current_timestamp",
+        "now",
+    }
+)
 
 
 def filter_tokens(text: str) -> list[str]:
@@ -854,7 +1028,7 @@ def filter_tokens(text: str) -> list[str]:
     out: list[str] = []
     for m in _FILTER_TOKEN.finditer(cleaned):
         token = m.group(0)
-        if cleaned[m.end():m.end() + 1] == "(":
+        if cleaned[m.end() : m.end() + 1] == "(":
             continue
         if token.lower() in _FILTER_SKIP or token.replace(".", "").isdigit():
             continue

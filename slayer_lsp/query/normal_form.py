@@ -35,11 +35,27 @@ _TO_MANY = frozenset({"broadcast", "associate", "error"})
 _RESERVED_PREFIX = "__slayer_"
 _FUNCSTYLE_PENDING = "_funcstyle_pending"
 _EXPR_PENDING = "_expr_pending"
-_QUERY_FIELDS = ("version", "name", "source_model", "measures", "dimensions", "time_dimensions",
-                 "main_time_dimension", "filters", "variables", "order", "limit", "offset",
-                 "whole_periods_only", "distinct_dimension_values", "to_many_handling")
-_WINDOW_HINT = ("contains a window function (OVER clause); use a SLayer transform (rank, lag, ...) or a "
-                "model column instead")
+_QUERY_FIELDS = (
+    "version",
+    "name",
+    "source_model",
+    "measures",
+    "dimensions",
+    "time_dimensions",
+    "main_time_dimension",
+    "filters",
+    "variables",
+    "order",
+    "limit",
+    "offset",
+    "whole_periods_only",
+    "distinct_dimension_values",
+    "to_many_handling",
+)
+_WINDOW_HINT = (
+    "contains a window function (OVER clause); use a SLayer transform (rank, lag, ...) or a "
+    "model column instead"
+)
 
 # date_range time-point shapes (SLayer's core/time_points.py grammar)
 _INSTANT_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?")
@@ -48,9 +64,13 @@ _QUARTER_RE = re.compile(r"(\d{4})-Q(\d)", re.IGNORECASE)
 _MONTH_RE = re.compile(r"(\d{4})-(\d{2})")
 _WEEK_RE = re.compile(r"(\d{4})-W(\d{2})", re.IGNORECASE)
 _DAY_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-_RELATIVE_RES = (re.compile(r"(this|last|next) [a-z_]\w*"), re.compile(r"(last|next) [1-9]\d* [a-z_]\w*"),
-                 re.compile(r"[1-9]\d* [a-z_]\w* (ago|from now)"),
-                 re.compile(r"(week|month|quarter|year) to date"), re.compile(r"today|yesterday|tomorrow"))
+_RELATIVE_RES = (
+    re.compile(r"(this|last|next) [a-z_]\w*"),
+    re.compile(r"(last|next) [1-9]\d* [a-z_]\w*"),
+    re.compile(r"[1-9]\d* [a-z_]\w* (ago|from now)"),
+    re.compile(r"(week|month|quarter|year) to date"),
+    re.compile(r"today|yesterday|tomorrow"),
+)
 
 
 class _Refused(Exception):
@@ -80,8 +100,10 @@ def _is_time_point_shape(text: str) -> bool:
         if m := _DAY_RE.fullmatch(literal):
             return date(*map(int, m.groups())) is not None and 1 <= int(m.group(1)) <= 9998
         if m := _WEEK_RE.fullmatch(literal):
-            return date.fromisocalendar(int(m.group(1)), int(m.group(2)), 1) is not None and 1 <= int(
-                m.group(1)) <= 9998
+            return (
+                date.fromisocalendar(int(m.group(1)), int(m.group(2)), 1) is not None
+                and 1 <= int(m.group(1)) <= 9998
+            )
         if m := _MONTH_RE.fullmatch(literal):
             return date(int(m.group(1)), int(m.group(2)), 1) is not None and 1 <= int(m.group(1)) <= 9998
         if m := _QUARTER_RE.fullmatch(literal):
@@ -169,11 +191,16 @@ class _QueryNormalizer:
         if model is None and "." in name:
             model, name = name.rsplit(".", 1)
         if not _is_name(name):
-            raise _Refused(where, f"Invalid name '{name}': must contain only letters, digits, and underscores, "
-                                  f"and start with a letter or underscore")
+            raise _Refused(
+                where,
+                f"Invalid name '{name}': must contain only letters, digits, and underscores, "
+                f"and start with a letter or underscore",
+            )
         if model and not all(_is_name(p) for p in model.split(".")):
-            raise _Refused(where, f"Invalid model path '{model}': each part must contain only letters, digits, "
-                                  f"and underscores")
+            raise _Refused(
+                where,
+                f"Invalid model path '{model}': each part must contain only letters, digits, and underscores",
+            )
         return {"name": name, "model": model, "label": label}
 
     def measure(self, value: Any, where: str) -> dict[str, Any]:
@@ -190,19 +217,29 @@ class _QueryNormalizer:
             raise _Refused(where, f"ModelMeasure formula '{formula}' {_WINDOW_HINT}")
         name = self.optional_str(value.get("name"), f"{where}.name")
         if name is not None and not _is_name(name):
-            raise _Refused(where, f"Invalid name '{name}': must contain only letters, digits, and underscores, "
-                                  f"and start with a letter or underscore")
+            raise _Refused(
+                where,
+                f"Invalid name '{name}': must contain only letters, digits, and underscores, "
+                f"and start with a letter or underscore",
+            )
         if name is not None and name.startswith(_RESERVED_PREFIX):
             raise _Refused(where, f"ModelMeasure name '{name}' must not start with {_RESERVED_PREFIX!r}")
         kind = value.get("type")
         if kind is not None and kind not in _DATA_TYPES:
-            raise _Refused(where, f"type must be one of {', '.join(sorted(_DATA_TYPES))} or null, got {kind!r}")
+            raise _Refused(
+                where, f"type must be one of {', '.join(sorted(_DATA_TYPES))} or null, got {kind!r}"
+            )
         meta = value.get("meta")
         if meta is not None and not isinstance(meta, Mapping):
             raise _Refused(f"{where}.meta", "expected an object or null")
-        return {"formula": formula, "name": name, "label": self.optional_str(value.get("label"), f"{where}.label"),
-                "description": self.optional_str(value.get("description"), f"{where}.description"),
-                "type": kind, "meta": self.json_value(meta, f"{where}.meta")}
+        return {
+            "formula": formula,
+            "name": name,
+            "label": self.optional_str(value.get("label"), f"{where}.label"),
+            "description": self.optional_str(value.get("description"), f"{where}.description"),
+            "type": kind,
+            "meta": self.json_value(meta, f"{where}.meta"),
+        }
 
     def computed(self, expression: Any, name: Any, where: str) -> dict[str, Any]:
         """``ComputedDimension`` dump ``{expression, name}`` (an absent name is derived)."""
@@ -212,8 +249,11 @@ class _QueryNormalizer:
         if name is None:
             name = auto_name(expression)
         if "." in name or ":" in name or name.startswith(_RESERVED_PREFIX):
-            raise _Refused(where, f"Computed dimension name {name!r} must not contain '.' or ':' nor start with "
-                                  f"{_RESERVED_PREFIX!r}")
+            raise _Refused(
+                where,
+                f"Computed dimension name {name!r} must not contain '.' or ':' nor start with "
+                f"{_RESERVED_PREFIX!r}",
+            )
         return {"expression": expression, "name": name}
 
     def dimension(self, value: Any, where: str) -> dict[str, Any]:
@@ -232,8 +272,11 @@ class _QueryNormalizer:
             formulas.parse(value)
         except (formulas.ModeBError, RecursionError) as exc:
             if not may_name_datasource_granularity(value):
-                raise _Refused(where, f"Dimension {value!r} is neither a column reference (a bare identifier or "
-                                      f"dotted join path) nor a parseable Mode-B expression: {exc}") from exc
+                raise _Refused(
+                    where,
+                    f"Dimension {value!r} is neither a column reference (a bare identifier or "
+                    f"dotted join path) nor a parseable Mode-B expression: {exc}",
+                ) from exc
         return self.computed(value, None, where)
 
     def granularity_call(self, entry: str, where: str, *, any_callee: bool) -> dict[str, Any] | None:
@@ -245,9 +288,12 @@ class _QueryNormalizer:
             return None
         column = formulas.functional_call_column(node) if callee is not None else None
         if callee is None or column is None or not callee.isascii():
-            raise _Refused(where, f"Time dimension {entry!r} must be the functional form gran(col) (e.g. "
-                                  f"month(created_at)) for one of: {', '.join(sorted(formulas.GRANULARITY_NAMES))} "
-                                  f"or a datasource granularity")
+            raise _Refused(
+                where,
+                f"Time dimension {entry!r} must be the functional form gran(col) (e.g. "
+                f"month(created_at)) for one of: {', '.join(sorted(formulas.GRANULARITY_NAMES))} "
+                f"or a datasource granularity",
+            )
         return {"dimension": column, "granularity": callee.lower() if builtin else callee}
 
     def time_dimension(self, value: Any, where: str) -> dict[str, Any]:
@@ -268,11 +314,17 @@ class _QueryNormalizer:
         if granularity.lower() in formulas.GRANULARITY_NAMES:
             granularity = granularity.lower()
         elif not _is_name(granularity):
-            raise _Refused(where, f"granularity {granularity!r} is neither a built-in granularity nor a "
-                                  f"datasource granularity name")
-        return {"dimension": self.column_ref(column, f"{where}.dimension"), "granularity": granularity,
-                "date_range": self.date_range(value.get("date_range"), f"{where}.date_range"),
-                "label": self.optional_str(value.get("label"), f"{where}.label")}
+            raise _Refused(
+                where,
+                f"granularity {granularity!r} is neither a built-in granularity nor a "
+                f"datasource granularity name",
+            )
+        return {
+            "dimension": self.column_ref(column, f"{where}.dimension"),
+            "granularity": granularity,
+            "date_range": self.date_range(value.get("date_range"), f"{where}.date_range"),
+            "label": self.optional_str(value.get("label"), f"{where}.label"),
+        }
 
     def date_range(self, value: Any, where: str) -> list[str | None] | None:
         if value is None:
@@ -289,11 +341,17 @@ class _QueryNormalizer:
             if not isinstance(bound, str):
                 raise _Refused(where, f"bounds must be strings or null, got {bound!r}")
             if "{" in bound or "}" in bound:
-                raise _Refused(where, f"{bound!r}: placeholders in date_range are not supported here; save "
-                                      f"this memory with SLayer")
+                raise _Refused(
+                    where,
+                    f"{bound!r}: placeholders in date_range are not supported here; save "
+                    f"this memory with SLayer",
+                )
             if not _is_time_point_shape(bound):
-                raise _Refused(where, f"{bound!r} is not a time point ('YYYY', 'YYYY-Qn', 'YYYY-MM', "
-                                      f"'YYYY-Www', 'YYYY-MM-DD', 'YYYY-MM-DD HH:MM[:SS]' or a relative token)")
+                raise _Refused(
+                    where,
+                    f"{bound!r} is not a time point ('YYYY', 'YYYY-Qn', 'YYYY-MM', "
+                    f"'YYYY-Www', 'YYYY-MM-DD', 'YYYY-MM-DD HH:MM[:SS]' or a relative token)",
+                )
         return list(value)
 
     def order_item(self, value: Any, where: str) -> dict[str, Any]:
@@ -309,8 +367,12 @@ class _QueryNormalizer:
         column = value["column"]
         raw_formula = self.optional_str(value.get("raw_formula"), f"{where}.raw_formula")
         text = column if isinstance(column, str) else None
-        if (isinstance(column, Mapping) and set(column) == {"name"} and isinstance(column["name"], str)
-                and not _is_column_path(column["name"])):
+        if (
+            isinstance(column, Mapping)
+            and set(column) == {"name"}
+            and isinstance(column["name"], str)
+            and not _is_column_path(column["name"])
+        ):
             text = column["name"]
         if text is not None and (candidate := order_formula_candidate(text)) is not None:
             column, raw_formula = text, candidate
@@ -332,8 +394,11 @@ class _QueryNormalizer:
         direction = value.get("direction", "asc")
         normalized = _DIRECTIONS.get(direction.strip().lower()) if isinstance(direction, str) else None
         if normalized is None:
-            raise _Refused(where, f"order direction must be one of asc/desc/ascending/descending "
-                                  f"(case-insensitive), got {direction!r}")
+            raise _Refused(
+                where,
+                f"order direction must be one of asc/desc/ascending/descending "
+                f"(case-insensitive), got {direction!r}",
+            )
         return {"column": ref, "direction": normalized, "raw_formula": raw_formula}
 
     # -- the whole query
@@ -344,17 +409,26 @@ class _QueryNormalizer:
         if any(not isinstance(k, str) for k in data):
             raise _Refused("", "field names must be strings")
         if "strict" in data:
-            raise _Refused("strict", "`strict` is retired; set to_many_handling='error' instead "
-                                     "(one of broadcast|associate|error).")
+            raise _Refused(
+                "strict",
+                "`strict` is retired; set to_many_handling='error' instead "
+                "(one of broadcast|associate|error).",
+            )
         if "version" in data:
             if data["version"] != QUERY_VERSION or isinstance(data["version"], bool):
-                raise _Refused("version", f"only SlayerQuery v{QUERY_VERSION} can be stored as given (got "
-                                          f"{data['version']!r}); re-save an older query with SLayer")
+                raise _Refused(
+                    "version",
+                    f"only SlayerQuery v{QUERY_VERSION} can be stored as given (got "
+                    f"{data['version']!r}); re-save an older query with SLayer",
+                )
         else:  # the pre-v3 renames SLayer applies to a version-less payload
             if "fields" in data:
                 if "measures" in data:
-                    raise _Refused("fields", "v1 SlayerQuery has both 'fields' and 'measures'; cannot migrate "
-                                             "unambiguously. Drop one before migrating.")
+                    raise _Refused(
+                        "fields",
+                        "v1 SlayerQuery has both 'fields' and 'measures'; cannot migrate "
+                        "unambiguously. Drop one before migrating.",
+                    )
                 data["measures"] = data.pop("fields")
             for legacy in ("dry_run", "explain"):
                 if legacy in data:
@@ -369,7 +443,11 @@ class _QueryNormalizer:
         if dims is not None:
             kept = []
             for i, dim in enumerate(dims):
-                td = self.granularity_call(dim, f"dimensions[{i}]", any_callee=False) if isinstance(dim, str) else None
+                td = (
+                    self.granularity_call(dim, f"dimensions[{i}]", any_callee=False)
+                    if isinstance(dim, str)
+                    else None
+                )
                 if td is None:
                     kept.append(dim)
                 else:
@@ -382,12 +460,16 @@ class _QueryNormalizer:
 
         source = data.get("source_model")
         if source is not None and not isinstance(source, str):
-            raise _Refused("source_model", "inline models and model extensions cannot be stored by slayer-lsp; "
-                                           "save this memory with SLayer")
+            raise _Refused(
+                "source_model",
+                "inline models and model extensions cannot be stored by slayer-lsp; "
+                "save this memory with SLayer",
+            )
         name = self.optional_str(data.get("name"), "name")
         if name is not None and ("." in name or ":" in name or name.startswith(_RESERVED_PREFIX)):
-            raise _Refused("name", f"Query name {name!r} must not contain '.' or ':' nor start with "
-                                   f"{_RESERVED_PREFIX!r}")
+            raise _Refused(
+                "name", f"Query name {name!r} must not contain '.' or ':' nor start with {_RESERVED_PREFIX!r}"
+            )
         measures = self.entries(data.get("measures"), "measures")
         filters = self.entries(data.get("filters"), "filters")
         for i, text in enumerate(filters or ()):
@@ -410,22 +492,27 @@ class _QueryNormalizer:
             "version": QUERY_VERSION,
             "name": name,
             "source_model": source,
-            "measures": None if measures is None else [self.measure(m, f"measures[{i}]")
-                                                       for i, m in enumerate(measures)],
-            "dimensions": None if dims is None else [self.dimension(d, f"dimensions[{i}]")
-                                                     for i, d in enumerate(dims)],
-            "time_dimensions": None if tds is None else [self.time_dimension(t, f"time_dimensions[{i}]")
-                                                         for i, t in enumerate(tds)],
+            "measures": None
+            if measures is None
+            else [self.measure(m, f"measures[{i}]") for i, m in enumerate(measures)],
+            "dimensions": None
+            if dims is None
+            else [self.dimension(d, f"dimensions[{i}]") for i, d in enumerate(dims)],
+            "time_dimensions": None
+            if tds is None
+            else [self.time_dimension(t, f"time_dimensions[{i}]") for i, t in enumerate(tds)],
             "main_time_dimension": self.optional_str(data.get("main_time_dimension"), "main_time_dimension"),
             "filters": filters,
             "variables": self.json_value(variables, "variables"),
-            "order": None if order is None else [self.order_item(o, f"order[{i}]")
-                                                 for i, o in enumerate(self.expand_order(order))],
+            "order": None
+            if order is None
+            else [self.order_item(o, f"order[{i}]") for i, o in enumerate(self.expand_order(order))],
             "limit": self.optional_int(data.get("limit"), "limit"),
             "offset": self.optional_int(data.get("offset"), "offset"),
             "whole_periods_only": self.boolean(data.get("whole_periods_only", False), "whole_periods_only"),
-            "distinct_dimension_values": self.boolean(data.get("distinct_dimension_values", True),
-                                                      "distinct_dimension_values"),
+            "distinct_dimension_values": self.boolean(
+                data.get("distinct_dimension_values", True), "distinct_dimension_values"
+            ),
             "to_many_handling": to_many,
         }
         self.check_distinct(out)
@@ -437,9 +524,14 @@ class _QueryNormalizer:
         """``{column: direction, ...}`` shorthands become one item per key."""
         out: list[Any] = []
         for item in items:
-            if (isinstance(item, Mapping) and item and "column" not in item and "direction" not in item
-                    and all(isinstance(k, str) for k in item)
-                    and all(isinstance(v, str) and v.strip().lower() in _DIRECTIONS for v in item.values())):
+            if (
+                isinstance(item, Mapping)
+                and item
+                and "column" not in item
+                and "direction" not in item
+                and all(isinstance(k, str) for k in item)
+                and all(isinstance(v, str) and v.strip().lower() in _DIRECTIONS for v in item.values())
+            ):
                 out.extend({"column": k, "direction": v} for k, v in item.items())
             else:
                 out.append(item)
@@ -450,16 +542,24 @@ class _QueryNormalizer:
         if out["distinct_dimension_values"]:
             return
         if out["measures"]:
-            raise _Refused("distinct_dimension_values", f"distinct_dimension_values=False requires an empty "
-                                                        f"`measures` field, but {len(out['measures'])} measure(s) "
-                                                        f"were supplied.")
+            raise _Refused(
+                "distinct_dimension_values",
+                f"distinct_dimension_values=False requires an empty "
+                f"`measures` field, but {len(out['measures'])} measure(s) "
+                f"were supplied.",
+            )
         if not out["dimensions"] and not out["time_dimensions"]:
-            raise _Refused("distinct_dimension_values", "distinct_dimension_values=False requires at least one "
-                                                        "of `dimensions` or `time_dimensions` to be non-empty")
+            raise _Refused(
+                "distinct_dimension_values",
+                "distinct_dimension_values=False requires at least one "
+                "of `dimensions` or `time_dimensions` to be non-empty",
+            )
 
     @staticmethod
-    def dedupe_time_dimensions(tds: list[dict[str, Any]] | None, source: str | None,
-                               ) -> list[dict[str, Any]] | None:
+    def dedupe_time_dimensions(
+        tds: list[dict[str, Any]] | None,
+        source: str | None,
+    ) -> list[dict[str, Any]] | None:
         """Exact duplicates (the source model's own prefix ignored) collapse to the first; the same
         column and granularity with another date range or label is refused."""
         if not tds:
@@ -473,7 +573,7 @@ class _QueryNormalizer:
                 if model == source:
                     model = None
                 elif model.startswith(source + "."):
-                    model = model[len(source) + 1:]
+                    model = model[len(source) + 1 :]
             column = f"{model}.{ref['name']}" if model else ref["name"]
             canon = (column, td["granularity"], tuple(td["date_range"] or ()), td["label"])
             prior = seen.get(canon[:2])
@@ -481,9 +581,12 @@ class _QueryNormalizer:
                 seen[canon[:2]] = canon
                 result.append(td)
             elif prior != canon:
-                raise _Refused("time_dimensions", f"Conflicting time dimensions on {column!r} at "
-                                                  f"{td['granularity']} granularity: same column and granularity "
-                                                  f"must not differ in date range or label.")
+                raise _Refused(
+                    "time_dimensions",
+                    f"Conflicting time dimensions on {column!r} at "
+                    f"{td['granularity']} granularity: same column and granularity "
+                    f"must not differ in date range or label.",
+                )
         return result
 
 

@@ -28,8 +28,15 @@ from slayer_lsp.query import formulas
 from slayer_lsp.query.resolver import EntityResolutionError, SourceModel, model_identity, resolve_entity
 from slayer_lsp.store import documents as d
 
-__all__ = ["QueryRef", "QueryRefs", "QueryShapeError", "extract_entities_from_query", "query_references",
-           "source_model_of"]
+__all__ = [
+    "QueryRef",
+    "QueryRefs",
+    "QueryShapeError",
+    "extract_entities_from_query",
+    "query_references",
+    "source_model_of",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class QueryRef:
@@ -83,12 +90,17 @@ def _column_ref_text(value: Any, field: str, index: int) -> str:
         if model is not None and not isinstance(model, str):
             raise QueryShapeError(f"{field}[{index}]: 'model' must be a string", field, index)
     else:
-        raise QueryShapeError(f"{field}[{index}]: expected a column name or a {{name, model}} object", field, index)
+        raise QueryShapeError(
+            f"{field}[{index}]: expected a column name or a {{name, model}} object", field, index
+        )
     text = f"{model}.{name}" if model else name
     if not _is_column_path(text):
         raise QueryShapeError(
             f"Invalid column reference {text!r} in {field}[{index}]: each part must contain only letters, "
-            f"digits and underscores and start with a letter or underscore", field, index)
+            f"digits and underscores and start with a letter or underscore",
+            field,
+            index,
+        )
     return text
 
 
@@ -114,7 +126,10 @@ def _functional_time_dimension(entry: str, field: str, index: int, *, any_callee
     if column is None:
         raise QueryShapeError(
             f"Time dimension {entry!r} must be the functional form gran(col) (e.g. month(created_at)) for "
-            f"one of: {_GRANULARITY_HINT} or a datasource granularity.", field, index)
+            f"one of: {_GRANULARITY_HINT} or a datasource granularity.",
+            field,
+            index,
+        )
     return column
 
 
@@ -149,9 +164,16 @@ _DIRECTIONS = frozenset({"asc", "desc", "ascending", "descending"})
 def _order_items(items: list[Any]) -> Iterator[tuple[int, Any]]:
     """Order entries with ``{column: direction}`` shorthands expanded; each keeps its list index."""
     for index, item in enumerate(items):
-        if isinstance(item, Mapping) and "column" not in item and "direction" not in item and item and all(
+        if (
+            isinstance(item, Mapping)
+            and "column" not in item
+            and "direction" not in item
+            and item
+            and all(
                 isinstance(k, str) and isinstance(v, str) and v.strip().lower() in _DIRECTIONS
-                for k, v in item.items()):
+                for k, v in item.items()
+            )
+        ):
             for key in item:
                 yield index, {"column": key}
         else:
@@ -166,9 +188,18 @@ def _order_ref(item: Any, index: int) -> tuple[str, str]:
     if isinstance(raw_formula, str) and raw_formula:
         return "formula", raw_formula
     column = item["column"]
-    text = column if isinstance(column, str) else (
-        column["name"] if isinstance(column, Mapping) and set(column) == {"name"}
-        and isinstance(column.get("name"), str) and not _is_column_path(column["name"]) else None)
+    text = (
+        column
+        if isinstance(column, str)
+        else (
+            column["name"]
+            if isinstance(column, Mapping)
+            and set(column) == {"name"}
+            and isinstance(column.get("name"), str)
+            and not _is_column_path(column["name"])
+            else None
+        )
+    )
     if text is not None:
         candidate = order_formula_candidate(text)
         if candidate is not None:
@@ -187,9 +218,12 @@ def may_name_datasource_granularity(entry: str) -> bool:
     if callee is None:
         return False
     lowered = callee.lower()
-    return not (lowered in formulas.GRANULARITY_NAMES or lowered in formulas.SCALAR_FUNCTIONS
-                or lowered in formulas.TRANSFORMS
-                or formulas.normalize_aggregation_name(callee) in formulas.BUILTIN_AGGREGATIONS)
+    return not (
+        lowered in formulas.GRANULARITY_NAMES
+        or lowered in formulas.SCALAR_FUNCTIONS
+        or lowered in formulas.TRANSFORMS
+        or formulas.normalize_aggregation_name(callee) in formulas.BUILTIN_AGGREGATIONS
+    )
 
 
 def _local_names(query: Mapping[str, Any]) -> tuple[set[str], set[str]]:
@@ -265,8 +299,15 @@ class _Walk:
 
     def run(self) -> list[QueryRef]:
         src = self.query.get("source_model")
-        name = src if isinstance(src, str) else (
-            src.get("source_name" if "source_name" in src else "name") if isinstance(src, Mapping) else None)
+        name = (
+            src
+            if isinstance(src, str)
+            else (
+                src.get("source_name" if "source_name" in src else "name")
+                if isinstance(src, Mapping)
+                else None
+            )
+        )
         if isinstance(name, str) and name:
             self.out.append(QueryRef(name, "source_model", 0, "source"))
         moved: list[tuple[int, str]] = []
@@ -283,11 +324,19 @@ class _Walk:
         for index, column in moved:  # ``gran(col)`` dimensions join the time dimensions, after them
             self.add(column, "dimensions", index, "ref")
         for index, measure in enumerate(self.entries("measures")):
-            formula = measure if isinstance(measure, str) else (
-                measure.get("formula") if isinstance(measure, Mapping) else None)
+            formula = (
+                measure
+                if isinstance(measure, str)
+                else (measure.get("formula") if isinstance(measure, Mapping) else None)
+            )
             if not isinstance(formula, str):
-                self.problem(QueryShapeError(f"measures[{index}]: expected a formula string or {{formula, name}}",
-                                             "measures", index))
+                self.problem(
+                    QueryShapeError(
+                        f"measures[{index}]: expected a formula string or {{formula, name}}",
+                        "measures",
+                        index,
+                    )
+                )
             elif formula:
                 self.add(formula, "measures", index, "formula")
         for index, text in enumerate(self.entries("filters")):
@@ -307,7 +356,9 @@ class _Walk:
     def dimension(self, dim: Any, index: int, moved: list[tuple[int, str]]) -> None:
         if isinstance(dim, Mapping) and "expression" in dim:
             if not isinstance(dim["expression"], str):
-                raise QueryShapeError(f"dimensions[{index}]: 'expression' must be a string", "dimensions", index)
+                raise QueryShapeError(
+                    f"dimensions[{index}]: 'expression' must be a string", "dimensions", index
+                )
             self.add(dim["expression"], "dimensions", index, "formula")
         elif isinstance(dim, str) and not _is_column_path(dim):
             column = _functional_time_dimension(dim, "dimensions", index, any_callee=False)
@@ -320,7 +371,10 @@ class _Walk:
                 if not may_name_datasource_granularity(dim):
                     raise QueryShapeError(
                         f"Dimension {dim!r} is neither a column reference (a bare identifier or dotted join "
-                        f"path) nor a parseable Mode-B expression: {exc}", "dimensions", index) from exc
+                        f"path) nor a parseable Mode-B expression: {exc}",
+                        "dimensions",
+                        index,
+                    ) from exc
             self.add(dim, "dimensions", index, "formula")
         else:
             self.add(_column_ref_text(dim, "dimensions", index), "dimensions", index, "ref")
@@ -332,13 +386,16 @@ class _Walk:
             self.add(_column_ref_text(column, "time_dimensions", index), "time_dimensions", index, "ref")
             return
         if not isinstance(td, Mapping):
-            raise QueryShapeError(f"time_dimensions[{index}]: expected an object or 'gran(col)'",
-                                  "time_dimensions", index)
+            raise QueryShapeError(
+                f"time_dimensions[{index}]: expected an object or 'gran(col)'", "time_dimensions", index
+            )
         dimension = td.get("dimension", td.get("column"))
         self.add(_column_ref_text(dimension, "time_dimensions", index), "time_dimensions", index, "ref")
 
 
-def query_references(query: Mapping[str, Any], problems: list[QueryShapeError] | None = None) -> list[QueryRef]:
+def query_references(
+    query: Mapping[str, Any], problems: list[QueryShapeError] | None = None
+) -> list[QueryRef]:
     """Every reference token of ``query`` in SLayer's walk order, the source model's name first.
 
     An entry SLayer would refuse raises ``QueryShapeError``; pass a list as ``problems`` to collect
@@ -351,7 +408,9 @@ def query_references(query: Mapping[str, Any], problems: list[QueryShapeError] |
 # ------------------------------------------------------------------------------------- source model
 
 
-def source_model_of(query: Mapping[str, Any], catalog: Catalog, priority: Sequence[str] | None = None) -> SourceModel:
+def source_model_of(
+    query: Mapping[str, Any], catalog: Catalog, priority: Sequence[str] | None = None
+) -> SourceModel:
     """The model ``query`` reads from: a stored model by bare name (priority settles a shared name),
     an extension's stored base plus what it adds, or an inline model."""
     prio = catalog.priority if priority is None else tuple(priority)
@@ -376,10 +435,15 @@ def source_model_of(query: Mapping[str, Any], catalog: Catalog, priority: Sequen
         name, ds = src.get("name"), src.get("data_source")
         if not (isinstance(name, str) and name and isinstance(ds, str) and ds):
             raise EntityResolutionError("an inline source model needs a 'name' and a 'data_source'.")
-        leaves = {x.get("name") for key in ("columns", "measures", "aggregations") for x in src.get(key) or ()
-                  if isinstance(x, Mapping)}
-        return SourceModel(ds, name, frozenset(x for x in leaves if isinstance(x, str)),
-                           _joins(src.get("joins")) or ())
+        leaves = {
+            x.get("name")
+            for key in ("columns", "measures", "aggregations")
+            for x in src.get(key) or ()
+            if isinstance(x, Mapping)
+        }
+        return SourceModel(
+            ds, name, frozenset(x for x in leaves if isinstance(x, str)), _joins(src.get("joins")) or ()
+        )
     raise EntityResolutionError("Could not derive a model name from query.source_model.")
 
 
@@ -390,16 +454,23 @@ def _joins(raw: Any) -> tuple[d.Join, ...] | None:
     for j in raw:
         if isinstance(j, Mapping) and isinstance(j.get("target_model"), str):
             pairs = [list(p) for p in j.get("join_pairs") or () if isinstance(p, (list, tuple))]
-            out.append(d.Join(target_model=j["target_model"], join_pairs=pairs, name=j.get("name"),
-                              cardinality=j.get("cardinality")))
+            out.append(
+                d.Join(
+                    target_model=j["target_model"],
+                    join_pairs=pairs,
+                    name=j.get("name"),
+                    cardinality=j.get("cardinality"),
+                )
+            )
     return tuple(out)
 
 
 # ------------------------------------------------------------------------------------------ extract
 
 
-def extract_entities_from_query(query: Mapping[str, Any], catalog: Catalog,
-                                priority: Sequence[str] | None = None) -> QueryRefs:
+def extract_entities_from_query(
+    query: Mapping[str, Any], catalog: Catalog, priority: Sequence[str] | None = None
+) -> QueryRefs:
     """Canonical ids of every entity ``query`` names (source model first, first-seen order, no
     duplicates) and the resolver's warnings; raises ``EntityResolutionError`` on the first token
     that does not resolve, like SLayer."""
@@ -424,6 +495,8 @@ def stale_query_warning(catalog: Catalog, mem: d.Memory) -> str | None:
     try:
         extract_entities_from_query(mem.query, catalog)
     except EntityResolutionError as exc:
-        return (f"example_query {memory_ref(mem.id)}: attached query has stale references ({exc}); "
-                "re-save to clean.")
+        return (
+            f"example_query {memory_ref(mem.id)}: attached query has stale references ({exc}); "
+            "re-save to clean."
+        )
     return None

@@ -37,8 +37,14 @@ from slayer_lsp.query import formulas
 from slayer_lsp.store import documents as d
 
 __all__ = [
-    "AmbiguousJoinPathError", "AmbiguousModelError", "EntityResolutionError", "Resolution", "SourceModel",
-    "check_memory_id", "model_identity", "resolve_entity",
+    "AmbiguousJoinPathError",
+    "AmbiguousModelError",
+    "EntityResolutionError",
+    "Resolution",
+    "SourceModel",
+    "check_memory_id",
+    "model_identity",
+    "resolve_entity",
 ]
 
 
@@ -59,7 +65,8 @@ class AmbiguousModelError(EntityResolutionError):
         self.candidates = tuple(candidates)
         super().__init__(
             f"Model '{name}' exists in multiple datasources: {sorted(self.candidates)}. Specify a "
-            f"data_source or set a datasource priority to disambiguate.")
+            f"data_source or set a datasource priority to disambiguate."
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +89,16 @@ class AmbiguousJoinPathError(EntityResolutionError):
         self.target_model = candidates[0].target
         self.token = token
         self.candidates = tuple(candidates)
-        lines = [f"Ambiguous join hop {source_model!r} → {self.target_model!r}: {len(candidates)} edges "
-                 f"connect these models and no edge name resolves it."]
+        lines = [
+            f"Ambiguous join hop {source_model!r} → {self.target_model!r}: {len(candidates)} edges "
+            f"connect these models and no edge name resolves it."
+        ]
         for e in candidates:
             named = f" name={e.name!r}" if e.name else ""
             pairs = ", ".join(f"{a}={b}" for a, b in e.pairs)
-            lines.append(f"  - declared on {e.declaring!r}{named}: pairs [{pairs}], cardinality {e.cardinality}")
+            lines.append(
+                f"  - declared on {e.declaring!r}{named}: pairs [{pairs}], cardinality {e.cardinality}"
+            )
         lines.append("Give one edge a `name` and use it as the path segment to disambiguate.")
         super().__init__("\n".join(lines))
 
@@ -165,9 +176,13 @@ def _model_facts(catalog: Catalog) -> dict[object, _ModelFacts]:
 
 
 def _facts(catalog: Catalog, mid: str, doc: object, model: d.Model) -> _ModelFacts:
-    return _ModelFacts(doc, model.data_source or "", model.name,
-                       tuple(name_of(leaf_id) for leaf_id in catalog.children(mid)),
-                       tuple((j.target_model, j) for j in model.joins if j.target_model != model.name))
+    return _ModelFacts(
+        doc,
+        model.data_source or "",
+        model.name,
+        tuple(name_of(leaf_id) for leaf_id in catalog.children(mid)),
+        tuple((j.target_model, j) for j in model.joins if j.target_model != model.name),
+    )
 
 
 class _LastIndex:
@@ -198,8 +213,9 @@ def _index_for(catalog: Catalog) -> _Index:
     return index
 
 
-def _updated_index(catalog: Catalog, old_facts: dict[object, _ModelFacts],
-                   index: _Index) -> tuple[dict[object, _ModelFacts], _Index]:
+def _updated_index(
+    catalog: Catalog, old_facts: dict[object, _ModelFacts], index: _Index
+) -> tuple[dict[object, _ModelFacts], _Index]:
     """``index`` (built from ``old_facts``) brought to ``catalog``: equal to ``_build_index(catalog)``.
     Copy-on-write: the old index stays valid for requests still answering from the old snapshot."""
     new_facts: dict[object, _ModelFacts] = {}
@@ -293,7 +309,8 @@ def check_memory_id(memory_id: str) -> None:
     for ch in memory_id:
         if ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F:
             raise EntityResolutionError(
-                f"memory id {memory_id!r}: whitespace and ASCII control characters are not allowed.")
+                f"memory id {memory_id!r}: whitespace and ASCII control characters are not allowed."
+            )
 
 
 def model_identity(catalog: Catalog, name: str, priority: Sequence[str]) -> tuple[str, str] | None:
@@ -340,8 +357,17 @@ class _Ctx:
         else:
             model = self.catalog.model(ds, current)
             own = model.joins if model is not None else ()
-        edges = [Edge(current, j.target_model, j.name, tuple((p[0], p[1]) for p in j.join_pairs if len(p) >= 2),
-                      j.cardinality, current) for j in own]
+        edges = [
+            Edge(
+                current,
+                j.target_model,
+                j.name,
+                tuple((p[0], p[1]) for p in j.join_pairs if len(p) >= 2),
+                j.cardinality,
+                current,
+            )
+            for j in own
+        ]
         declared = list(_index(self.catalog).incoming.get((ds, current), ()))
         if override is not None and override.name != current:
             declared = [(m, j) for m, j in declared if m != override.name]
@@ -351,8 +377,16 @@ class _Ctx:
         for declaring, j in declared:
             if declaring == current:
                 continue
-            edges.append(Edge(current, declaring, j.name, tuple((p[1], p[0]) for p in j.join_pairs if len(p) >= 2),
-                              _INVERSE.get(j.cardinality or "", j.cardinality), declaring))
+            edges.append(
+                Edge(
+                    current,
+                    declaring,
+                    j.name,
+                    tuple((p[1], p[0]) for p in j.join_pairs if len(p) >= 2),
+                    _INVERSE.get(j.cardinality or "", j.cardinality),
+                    declaring,
+                )
+            )
         return edges
 
     def hop(self, ds: str, current: str, token: str, root: SourceModel | None) -> Edge | None:
@@ -372,7 +406,8 @@ class _Ctx:
             if edge is not None and edge.target in visited:
                 raise EntityResolutionError(
                     f"Circular join detected resolving {'.'.join(path)!r} from {root_name!r}: hop {token!r} "
-                    f"revisits model {edge.target!r}.")
+                    f"revisits model {edge.target!r}."
+                )
             if edge is None or not self.model_exists(ds, edge.target, root):
                 return _Miss(token, current)
             visited.add(edge.target)
@@ -396,10 +431,13 @@ class _Ctx:
         if isinstance(final, _Miss):
             hint = None
             if isinstance(owner, str) and final.token == leaf and final.model == owner:
-                hint = (f"'{leaf}' is neither a column, measure or aggregation of model '{ds}.{owner}' nor a "
-                        f"join from it")
-            raise EntityResolutionError(f"'{final.token}' is not a join target on model '{final.model}'.",
-                                        hint=hint)
+                hint = (
+                    f"'{leaf}' is neither a column, measure or aggregation of model '{ds}.{owner}' nor a "
+                    f"join from it"
+                )
+            raise EntityResolutionError(
+                f"'{final.token}' is not a join target on model '{final.model}'.", hint=hint
+            )
         return f"{ds}.{final}"
 
 
@@ -414,8 +452,12 @@ class _Miss:
 # ------------------------------------------------------------------------------------------- resolve
 
 
-def resolve_entity(raw: str, catalog: Catalog, source_model: str | SourceModel | None = None,
-                   priority: Sequence[str] | None = None) -> Resolution:
+def resolve_entity(
+    raw: str,
+    catalog: Catalog,
+    source_model: str | SourceModel | None = None,
+    priority: Sequence[str] | None = None,
+) -> Resolution:
     """Resolve one reference to its canonical id, the way SLayer's ``resolve_entity`` does.
 
     ``source_model`` is a canonical ``"ds.model"`` (or a ``SourceModel``): bare names prefer its
@@ -450,16 +492,19 @@ def _resolve(raw: str, ctx: _Ctx) -> Resolution:
     if prefix == "*":
         if agg != "count":
             raise EntityResolutionError(
-                f"'{raw}' is not a valid entity reference; use 'count(*)' to refer to a model's row count.")
+                f"'{raw}' is not a valid entity reference; use 'count(*)' to refer to a model's row count."
+            )
         if ctx.source is None:
             raise EntityResolutionError(
                 "'count(*)' requires a model context: write 'count(<model>.*)' or invoke from a query "
-                "that has a source_model.")
+                "that has a source_model."
+            )
         return Resolution(ctx.source.canonical)
     if prefix.endswith(".*"):
         if agg != "count":
             raise EntityResolutionError(
-                f"'{raw}' is not a valid entity reference; use the 'count(<model>.*)' form.")
+                f"'{raw}' is not a valid entity reference; use the 'count(<model>.*)' form."
+            )
         return _resolve(prefix[:-2], ctx)
 
     segments = prefix.split(".")
@@ -470,8 +515,10 @@ def _resolve(raw: str, ctx: _Ctx) -> Resolution:
     if head in catalog.datasources:
         warnings: tuple[str, ...] = ()
         if head in catalog.models_by_name:
-            warnings = (f"'{head}' is both a datasource and a model; interpreted as datasource. To force the "
-                        f"model interpretation, qualify as <other_ds>.{head}...",)
+            warnings = (
+                f"'{head}' is both a datasource and a model; interpreted as datasource. To force the "
+                f"model interpretation, qualify as <other_ds>.{head}...",
+            )
         if len(segments) == 1:
             return Resolution(head, warnings)
         model_name = segments[1]
@@ -495,7 +542,8 @@ def _resolve(raw: str, ctx: _Ctx) -> Resolution:
             except EntityResolutionError:
                 pass
         raise EntityResolutionError(
-            f"'{head}' is neither a known datasource nor a saved model. (segment of '{raw}').")
+            f"'{head}' is neither a known datasource nor a saved model. (segment of '{raw}')."
+        )
     ds, model_name = identity
     return Resolution(ctx.dotted(ds, model_name, segments[1:]))
 
@@ -513,8 +561,10 @@ def _resolve_bare(leaf: str, ctx: _Ctx) -> Resolution:
         others = sorted(m for m in owners if m != model_name)
         warnings: tuple[str, ...] = ()
         if others:
-            warnings = (f"'{leaf}' is both a model and a column on {others}; resolved as the model. Qualify as "
-                        f"<model>.{leaf} to refer to the column.",)
+            warnings = (
+                f"'{leaf}' is both a model and a column on {others}; resolved as the model. Qualify as "
+                f"<model>.{leaf} to refer to the column.",
+            )
         return Resolution(f"{ds}.{model_name}", warnings)
 
     owners_by_ds = _index(catalog).leaf_owners.get(leaf, {})
@@ -526,7 +576,9 @@ def _resolve_bare(leaf: str, ctx: _Ctx) -> Resolution:
         if len(matches) > 1:
             raise EntityResolutionError(
                 f"Ambiguous bare name '{leaf}' matches columns / measures / aggregations on {sorted(matches)} "
-                f"in datasource '{ds}'. Qualify as '<model>.{leaf}'.")
+                f"in datasource '{ds}'. Qualify as '<model>.{leaf}'."
+            )
         return Resolution(f"{ds}.{matches[0]}.{leaf}")
     raise EntityResolutionError(
-        f"Entity '{leaf}' not found in any datasource (checked all known datasources).")
+        f"Entity '{leaf}' not found in any datasource (checked all known datasources)."
+    )

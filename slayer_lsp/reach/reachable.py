@@ -62,7 +62,9 @@ __all__ = ["Reach", "restrict"]
 
 # The dicts behind a reachable catalog (docs, entities, children_of, models_by_name), kept so the
 # next restriction copies only the ones that change.
-_RawMaps = tuple[dict[DocKey, StoredDoc], dict[str, Entity], dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]
+_RawMaps = tuple[
+    dict[DocKey, StoredDoc], dict[str, Entity], dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]
+]
 
 
 def restrict(catalog: Catalog, scope: Scope) -> Catalog:
@@ -75,8 +77,10 @@ def restrict(catalog: Catalog, scope: Scope) -> Catalog:
 # ------------------------------------------------------------------------------------ what a model reads
 
 # dotted paths, read both ways: names may hold hyphens, and ``a.x-b.y`` may be a subtraction
-_DOTTED = (re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"),
-           re.compile(r"(?<![\w.-])[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+"))
+_DOTTED = (
+    re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"),
+    re.compile(r"(?<![\w.-])[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+"),
+)
 
 
 def _model_texts(model: d.Model) -> Iterator[str]:
@@ -189,8 +193,9 @@ class _Joins:
             frontier = nxt
 
 
-def _holders(models: Mapping[str, d.Model], by_name: Mapping[str, tuple[str, ...]], name: str,
-             ds: str | None) -> list[str]:
+def _holders(
+    models: Mapping[str, d.Model], by_name: Mapping[str, tuple[str, ...]], name: str, ds: str | None
+) -> list[str]:
     """Model ids a bare (or ``ds.name``) source name may mean: its own datasource first, else any."""
     if "." in name:
         return [name] if name in models else []
@@ -266,9 +271,14 @@ def _shape_words(shape: Iterable[tuple[str, str]]) -> set[str]:
 
 def _model_map(catalog: Catalog) -> dict[str, d.Model]:
     """``ds.model`` -> model of a catalog, unsorted (``Catalog.models`` sorts: not needed here)."""
-    return catalog._lazy("scope.models", lambda: {
-        k.name: doc.value for k, doc in catalog.docs.items()
-        if k.kind == "model" and isinstance(doc.value, d.Model)})  # always a Model: told to the checker
+    return catalog._lazy(
+        "scope.models",
+        lambda: {
+            k.name: doc.value
+            for k, doc in catalog.docs.items()
+            if k.kind == "model" and isinstance(doc.value, d.Model)
+        },
+    )  # always a Model: told to the checker
 
 
 def _joins_of(catalog: Catalog) -> _Joins:
@@ -281,9 +291,11 @@ def _same_reads(before: Catalog, after: Catalog, mid: str) -> bool:
     old, new = before.model(*split_model_id(mid)), after.model(*split_model_id(mid))
     if old is None or new is None:
         return False
-    return (old.data_source, old.access_tags) == (new.data_source, new.access_tags) and \
-        [(j.name, j.target_model) for j in old.joins] == [(j.name, j.target_model) for j in new.joins] and \
-        _model_facts(old) == _model_facts(new)
+    return (
+        (old.data_source, old.access_tags) == (new.data_source, new.access_tags)
+        and [(j.name, j.target_model) for j in old.joins] == [(j.name, j.target_model) for j in new.joins]
+        and _model_facts(old) == _model_facts(new)
+    )
 
 
 @dataclass
@@ -293,7 +305,9 @@ class _Judge:
     scope: Scope
     full: Catalog
     models: frozenset[str]  # reachable model ids
-    words: dict[str, tuple[object, frozenset[str]]] = field(default_factory=dict)  # memory id -> (query, words)
+    words: dict[str, tuple[object, frozenset[str]]] = field(
+        default_factory=dict
+    )  # memory id -> (query, words)
     _read: set[str] = field(default_factory=set)  # models the query being judged resolved into or walked
 
     def entity(self, canonical: str) -> bool | None:
@@ -368,7 +382,8 @@ class _Judge:
             if isinstance(raw, Mapping) and "source_name" not in raw:  # an inline model
                 stored = self.full.model(source.datasource, source.name) is not None
                 verdict: bool | None = self.scope.admits_datasource(source.datasource) and (
-                    not stored or source.canonical in self.models)
+                    not stored or source.canonical in self.models
+                )
             else:
                 verdict = self.entity(source.canonical)
             self._read.add(source.canonical)
@@ -471,18 +486,26 @@ class Reach:
             facts[key] = hit
         self._facts = facts
         joins = _joins_of(full)
-        reads = {key.name: _reads(key.name, f, joins, full.models_by_name)
-                 for key, (_, f) in facts.items() if f.paths or f.stages}
+        reads = {
+            key.name: _reads(key.name, f, joins, full.models_by_name)
+            for key, (_, f) in facts.items()
+            if f.paths or f.stages
+        }
         while blocked := {mid for mid, r in reads.items() if mid in visible and not r <= visible}:
             visible -= blocked
         return frozenset(visible)
 
-    def _pruned_model(self, key: DocKey, doc: StoredDoc, full: Catalog, models: frozenset[str]) -> _Kept | None:
+    def _pruned_model(
+        self, key: DocKey, doc: StoredDoc, full: Catalog, models: frozenset[str]
+    ) -> _Kept | None:
         """The model without its joins to unreachable models, or None when it keeps them all."""
         model: d.Model = doc.value  # type: ignore[assignment]
         ds = model.data_source or ""
-        gone = tuple(j.target_model for j in model.joins
-                     if f"{ds}.{j.target_model}" in full.entities and f"{ds}.{j.target_model}" not in models)
+        gone = tuple(
+            j.target_model
+            for j in model.joins
+            if f"{ds}.{j.target_model}" in full.entities and f"{ds}.{j.target_model}" not in models
+        )
         if not gone:
             self._pruned.pop(key, None)
             return None
@@ -490,16 +513,24 @@ class Reach:
         if hit is not None and hit.source is doc and hit.signature == gone:
             return hit
         pruned = msgspec.structs.replace(model, joins=[j for j in model.joins if j.target_model not in gone])
-        ents = [replace(full.entities[c], model=pruned, obj=pruned if c == key.name else full.entities[c].obj)
-                for c in (key.name, *full.children(key.name))]
+        ents = [
+            replace(full.entities[c], model=pruned, obj=pruned if c == key.name else full.entities[c].obj)
+            for c in (key.name, *full.children(key.name))
+        ]
         kept = _Kept(doc, gone, replace(doc, value=pruned), tuple(ents))
         self._pruned[key] = kept
         return kept
 
     # ------------------------------------------------------------------ memories
 
-    def _depends(self, full: Catalog, prev_full: Catalog, changed_models: set[str], flipped: set[str],
-                 changed_ds: set[str]) -> set[str]:
+    def _depends(
+        self,
+        full: Catalog,
+        prev_full: Catalog,
+        changed_models: set[str],
+        flipped: set[str],
+        changed_ds: set[str],
+    ) -> set[str]:
         """Memories whose verdict may change with these models and datasources: those tagging them,
         and those whose query mentions a word whose meaning moved (a model that appeared, vanished
         or changed reachability, with its leaves and joins; a leaf or join added or removed)."""
@@ -509,8 +540,12 @@ class Reach:
             shapes = [_shape(cat, mid) for cat in (full, prev_full)]
             if (shapes[0] is None) != (shapes[1] is None):  # appeared or vanished: any word may move
                 words = {name_of(mid)}.union(*(_shape_words(sh) for sh in shapes if sh is not None))
-                words.update(w for declaring, j in _joins_of(full).incoming.get(mid, ())
-                             for w in (j.name, name_of(declaring)) if w)
+                words.update(
+                    w
+                    for declaring, j in _joins_of(full).incoming.get(mid, ())
+                    for w in (j.name, name_of(declaring))
+                    if w
+                )
             else:
                 words = _shape_words(shapes[0] ^ shapes[1])  # type: ignore[operator]
                 if mid in flipped:  # a bare name is judged by its holders' reachability
@@ -541,13 +576,19 @@ class Reach:
             for k in names.deps:
                 self._deps.setdefault(k, set()).add(mid)
             moved |= old is None or (old.blocked, old.anchored, old.links) != (
-                names.blocked, names.anchored, names.links)
+                names.blocked,
+                names.anchored,
+                names.links,
+            )
         return moved
 
     def _reachable_memories(self) -> frozenset[str]:
         reachable = {mid for mid, n in self._names.items() if n.anchored and not n.blocked}
-        waiting = {mid: n.links for mid, n in self._names.items()
-                   if n.links and not n.blocked and mid not in reachable}
+        waiting = {
+            mid: n.links
+            for mid, n in self._names.items()
+            if n.links and not n.blocked and mid not in reachable
+        }
         grew = True
         while grew and waiting:  # least fixpoint: a link anchors only through a memory already reached
             grew = False
@@ -558,8 +599,9 @@ class Reach:
                     grew = True
         return frozenset(reachable)
 
-    def _stripped_memory(self, key: DocKey, doc: StoredDoc, full: Catalog,
-                         reachable: frozenset[str]) -> _Kept | None:
+    def _stripped_memory(
+        self, key: DocKey, doc: StoredDoc, full: Catalog, reachable: frozenset[str]
+    ) -> _Kept | None:
         """The memory without its links to unreachable memories, or None when it keeps them all."""
         mem: d.Memory = doc.value  # type: ignore[assignment]
         gone = tuple(t for t in mem.entities if is_memory_ref(t) and memory_id_of(t) not in reachable)
@@ -570,8 +612,12 @@ class Reach:
         if hit is not None and hit.source is doc and hit.signature == gone:
             return hit
         stripped = msgspec.structs.replace(mem, entities=[t for t in mem.entities if t not in gone])
-        kept = _Kept(doc, gone, replace(doc, value=stripped),
-                     (replace(full.entities[memory_ref(key.name)], obj=stripped),))
+        kept = _Kept(
+            doc,
+            gone,
+            replace(doc, value=stripped),
+            (replace(full.entities[memory_ref(key.name)], obj=stripped),),
+        )
         self._stripped[key] = kept
         return kept
 
@@ -588,9 +634,13 @@ class Reach:
         prev_full, prev = self._full, self._scoped
         if prev is not None and full is prev_full:
             return prev, Delta()
-        fresh = prev is None or prev_full is None or delta is None or \
-            full.generation != prev_full.generation + 1 or \
-            len(delta.touched) > max(256, len(full.entities) // 4)  # (a delta must follow the last snapshot)
+        fresh = (
+            prev is None
+            or prev_full is None
+            or delta is None
+            or full.generation != prev_full.generation + 1
+            or len(delta.touched) > max(256, len(full.entities) // 4)
+        )  # (a delta must follow the last snapshot)
         if fresh:
             old = prev
             self.__init__(self.scope)  # type: ignore[misc]
@@ -602,29 +652,44 @@ class Reach:
             out = _delta(old, scoped)
         else:
             before, after = prev.entities, scoped.entities
-            out = Delta(frozenset(c for c in touched if c in after and c not in before),
-                        frozenset(c for c in touched if c in after and c in before and before[c] is not after[c]
-                                  and entity_differs(before[c], after[c])),
-                        frozenset(c for c in touched if c in before and c not in after),
-                        prev.priority != scoped.priority)
+            out = Delta(
+                frozenset(c for c in touched if c in after and c not in before),
+                frozenset(
+                    c
+                    for c in touched
+                    if c in after
+                    and c in before
+                    and before[c] is not after[c]
+                    and entity_differs(before[c], after[c])
+                ),
+                frozenset(c for c in touched if c in before and c not in after),
+                prev.priority != scoped.priority,
+            )
         self._full, self._scoped = full, scoped
         return scoped, out
 
-    def _apply(self, full: Catalog, prev_full: Catalog, prev: Catalog, delta: Delta,
-               fresh: bool) -> tuple[Catalog, set[str]]:
+    def _apply(
+        self, full: Catalog, prev_full: Catalog, prev: Catalog, delta: Delta, fresh: bool
+    ) -> tuple[Catalog, set[str]]:
         scope = self.scope
         keys = set(full.docs) if fresh else _doc_keys(delta.touched)
         changed_models = {k.name for k in keys if k.kind == "model"}
         changed_ds = {k.name for k in keys if k.kind == "datasource"}
         changed_mems = {k.name for k in keys if k.kind == "memory"}
         old_models, old_memories = self._models, self._memories
-        if fresh or changed_ds or delta.priority_changed or not all(
-                _same_reads(prev_full, full, mid) for mid in changed_models):
+        if (
+            fresh
+            or changed_ds
+            or delta.priority_changed
+            or not all(_same_reads(prev_full, full, mid) for mid in changed_models)
+        ):
             self._models = self._model_set(full)
         models = self._models
         flipped = set(old_models ^ models)
         affected = changed_models | flipped
-        moved = flipped | {mid for mid in changed_models if (mid in prev_full.entities) != (mid in full.entities)}
+        moved = flipped | {
+            mid for mid in changed_models if (mid in prev_full.entities) != (mid in full.entities)
+        }
         if moved:  # models whose joins to these may now be pruned or restored
             joins = _joins_of(full)
             for mid in moved:
@@ -646,8 +711,11 @@ class Reach:
 
         touched: set[str] = set()
         raw: _RawMaps = self._raw if self._raw is not None else ({}, {}, {}, {})
-        docs = raw[0].copy() if affected or changed_ds or mem_touched or delta.priority_changed or fresh \
+        docs = (
+            raw[0].copy()
+            if affected or changed_ds or mem_touched or delta.priority_changed or fresh
             else raw[0]
+        )
         entities = raw[1].copy() if affected or changed_ds or mem_touched else raw[1]
         children = raw[2].copy() if affected or changed_ds else raw[2]
         by_name = raw[3].copy() if affected else raw[3]
@@ -663,8 +731,11 @@ class Reach:
             if mid not in models or doc is None:
                 continue
             kept = self._pruned_model(key, doc, full, models)
-            new = kept.entities if kept is not None else tuple(
-                full.entities[c] for c in (mid, *full.children(mid)))
+            new = (
+                kept.entities
+                if kept is not None
+                else tuple(full.entities[c] for c in (mid, *full.children(mid)))
+            )
             for ent in new:
                 entities[ent.canonical] = ent
                 touched.add(ent.canonical)
@@ -723,10 +794,17 @@ class Reach:
         if fresh or memories != old_memories or full.memory_order != prev_full.memory_order:
             memory_order = tuple(m for m in full.memory_order if m in memories)
         scoped = Catalog(
-            full.location, _frozen(docs, raw[0], prev.docs), _frozen(entities, raw[1], prev.entities),
-            _frozen(children, raw[2], prev.children_of), _frozen(by_name, raw[3], prev.models_by_name),
-            memory_order, priority, tuple(i for i in full.load_issues if self._keeps_issue(i)), full.fatal,
-            full.generation)
+            full.location,
+            _frozen(docs, raw[0], prev.docs),
+            _frozen(entities, raw[1], prev.entities),
+            _frozen(children, raw[2], prev.children_of),
+            _frozen(by_name, raw[3], prev.models_by_name),
+            memory_order,
+            priority,
+            tuple(i for i in full.load_issues if self._keeps_issue(i)),
+            full.fatal,
+            full.generation,
+        )
         self._raw = (docs, entities, children, by_name)
         return scoped, touched
 
@@ -776,4 +854,3 @@ def _delta(old: Catalog | None, new: Catalog) -> Delta:
             changed.append(c)
     removed = [c for c in before if c not in after] if len(before) + len(added) != len(after) else []
     return Delta(frozenset(added), frozenset(changed), frozenset(removed), old.priority != new.priority)
-

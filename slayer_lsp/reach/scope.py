@@ -32,8 +32,12 @@ class Scope:
             object.__setattr__(self, "access_tags", _names(self.access_tags, "access tag"))
 
     @classmethod
-    def of(cls, datasources: Iterable[str] | None = None, access_tags: Iterable[str] | None = None,
-           untagged_only: bool = False) -> Scope:
+    def of(
+        cls,
+        datasources: Iterable[str] | None = None,
+        access_tags: Iterable[str] | None = None,
+        untagged_only: bool = False,
+    ) -> Scope:
         """A scope from front-end options, where an empty tag list means "no restriction" (an editor
         cannot unset a list setting): ``untagged_only`` says "the caller holds no tag"."""
         tags = tuple(access_tags or ())

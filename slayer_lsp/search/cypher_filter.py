@@ -26,29 +26,119 @@ ALLOWED_FUNCTIONS_DOC = "protocol/README.md (cypher_filter)"
 #: null handling, labels and paths, list membership, aggregation). Everything else -- functions
 #: that build values of any size (repeat, lpad, replace, regexp_replace, list_concat, range...),
 #: run in more than linear time (levenshtein, list_sort...), read files or settings -- is refused.
-ALLOWED_FUNCTIONS = frozenset({
-    # strings (linear in their input)
-    "LOWER", "UPPER", "TOLOWER", "TOUPPER", "LCASE", "UCASE", "TRIM", "LTRIM", "RTRIM", "SIZE",
-    "STARTS_WITH", "ENDS_WITH", "CONTAINS", "PREFIX", "SUFFIX", "SUBSTRING", "SUBSTR", "LEFT", "RIGHT",
-    "SPLIT_PART", "REGEXP_MATCHES", "REGEXP_FULL_MATCH", "CONCAT", "STRING", "TO_STRING", "CAST",
-    # nulls
-    "COALESCE", "IFNULL", "NULLIF",
-    # nodes, relationships, paths
-    "ID", "LABEL", "LABELS", "NODES", "RELS", "RELATIONSHIPS", "PROPERTIES", "START_NODE", "END_NODE",
-    "LENGTH", "IS_TRAIL", "IS_ACYCLIC",
-    # lists: membership and picking
-    "LIST_CONTAINS", "LIST_HAS", "ARRAY_CONTAINS", "ARRAY_HAS", "LIST_HAS_ANY", "LIST_HAS_ALL",
-    "LIST_ELEMENT", "LIST_EXTRACT", "LIST_POSITION", "LIST_INDEXOF", "LIST_DISTINCT", "LIST_UNIQUE",
-    "LIST_MIN", "LIST_MAX", "ALL", "ANY", "NONE", "SINGLE",
-    # aggregation
-    "COUNT", "COLLECT", "MIN", "MAX", "SUM", "AVG",
-})
+ALLOWED_FUNCTIONS = frozenset(
+    {
+        # strings (linear in their input)
+        "LOWER",
+        "UPPER",
+        "TOLOWER",
+        "TOUPPER",
+        "LCASE",
+        "UCASE",
+        "TRIM",
+        "LTRIM",
+        "RTRIM",
+        "SIZE",
+        "STARTS_WITH",
+        "ENDS_WITH",
+        "CONTAINS",
+        "PREFIX",
+        "SUFFIX",
+        "SUBSTRING",
+        "SUBSTR",
+        "LEFT",
+        "RIGHT",
+        "SPLIT_PART",
+        "REGEXP_MATCHES",
+        "REGEXP_FULL_MATCH",
+        "CONCAT",
+        "STRING",
+        "TO_STRING",
+        "CAST",
+        # nulls
+        "COALESCE",
+        "IFNULL",
+        "NULLIF",
+        # nodes, relationships, paths
+        "ID",
+        "LABEL",
+        "LABELS",
+        "NODES",
+        "RELS",
+        "RELATIONSHIPS",
+        "PROPERTIES",
+        "START_NODE",
+        "END_NODE",
+        "LENGTH",
+        "IS_TRAIL",
+        "IS_ACYCLIC",
+        # lists: membership and picking
+        "LIST_CONTAINS",
+        "LIST_HAS",
+        "ARRAY_CONTAINS",
+        "ARRAY_HAS",
+        "LIST_HAS_ANY",
+        "LIST_HAS_ALL",
+        "LIST_ELEMENT",
+        "LIST_EXTRACT",
+        "LIST_POSITION",
+        "LIST_INDEXOF",
+        "LIST_DISTINCT",
+        "LIST_UNIQUE",
+        "LIST_MIN",
+        "LIST_MAX",
+        "ALL",
+        "ANY",
+        "NONE",
+        "SINGLE",
+        # aggregation
+        "COUNT",
+        "COLLECT",
+        "MIN",
+        "MAX",
+        "SUM",
+        "AVG",
+    }
+)
 #: Words followed by '(' that are syntax, not calls (``WHERE (a)-->(b)``, ``NOT (x)``, ...).
-_NOT_CALLS = frozenset({
-    "MATCH", "OPTIONAL", "WHERE", "AND", "OR", "XOR", "NOT", "RETURN", "WITH", "UNWIND", "IN", "AS",
-    "DISTINCT", "CASE", "WHEN", "THEN", "ELSE", "END", "ORDER", "BY", "SKIP", "LIMIT", "UNION", "IS",
-    "STARTS", "ENDS", "ASC", "DESC", "ASCENDING", "DESCENDING", "EXISTS", "NULL", "TRUE", "FALSE",
-})
+_NOT_CALLS = frozenset(
+    {
+        "MATCH",
+        "OPTIONAL",
+        "WHERE",
+        "AND",
+        "OR",
+        "XOR",
+        "NOT",
+        "RETURN",
+        "WITH",
+        "UNWIND",
+        "IN",
+        "AS",
+        "DISTINCT",
+        "CASE",
+        "WHEN",
+        "THEN",
+        "ELSE",
+        "END",
+        "ORDER",
+        "BY",
+        "SKIP",
+        "LIMIT",
+        "UNION",
+        "IS",
+        "STARTS",
+        "ENDS",
+        "ASC",
+        "DESC",
+        "ASCENDING",
+        "DESCENDING",
+        "EXISTS",
+        "NULL",
+        "TRUE",
+        "FALSE",
+    }
+)
 #: Concatenations multiply what they are fed when chained through WITH (``WITH a + a AS a`` thirty
 #: times is 2**30 times the input). A clause with c of them (``+`` or concat()) grows a value at most
 #: c + 1 fold; the product over the filter's clauses may not exceed ``MAX_GROWTH``.
@@ -56,22 +146,51 @@ CONCAT_FUNCTIONS = frozenset({"CONCAT"})
 MAX_GROWTH = 64
 
 # Clause and statement keywords that write, read files, load code or manage transactions.
-FORBIDDEN_KEYWORDS = frozenset({
-    "CREATE", "MERGE", "DELETE", "DETACH", "SET", "REMOVE", "DROP", "CALL", "LOAD", "COPY", "ATTACH",
-    "INSTALL", "UNINSTALL", "EXPORT", "IMPORT", "USE", "ALTER", "CHECKPOINT", "BEGIN", "COMMIT",
-    "ROLLBACK",
-})
+FORBIDDEN_KEYWORDS = frozenset(
+    {
+        "CREATE",
+        "MERGE",
+        "DELETE",
+        "DETACH",
+        "SET",
+        "REMOVE",
+        "DROP",
+        "CALL",
+        "LOAD",
+        "COPY",
+        "ATTACH",
+        "INSTALL",
+        "UNINSTALL",
+        "EXPORT",
+        "IMPORT",
+        "USE",
+        "ALTER",
+        "CHECKPOINT",
+        "BEGIN",
+        "COMMIT",
+        "ROLLBACK",
+    }
+)
 
 # Label spelling (lower case) -> node table. ``Column`` is a reserved word in LadybugDB, hence the
 # table name ModelColumn; the short spelling is accepted and rewritten.
 NODE_LABELS = {
-    "memory": "Memory", "datasource": "Datasource", "model": "Model", "modelcolumn": "ModelColumn",
-    "column": "ModelColumn", "measure": "Measure", "aggregation": "Aggregation",
+    "memory": "Memory",
+    "datasource": "Datasource",
+    "model": "Model",
+    "modelcolumn": "ModelColumn",
+    "column": "ModelColumn",
+    "measure": "Measure",
+    "aggregation": "Aggregation",
 }
 REL_TYPES = {"mentions": "MENTIONS", "contains": "CONTAINS", "joins": "JOINS"}
 TABLE_KINDS = {
-    "Memory": "memory", "Datasource": "datasource", "Model": "model", "ModelColumn": "column",
-    "Measure": "measure", "Aggregation": "aggregation",
+    "Memory": "memory",
+    "Datasource": "datasource",
+    "Model": "model",
+    "ModelColumn": "column",
+    "Measure": "measure",
+    "Aggregation": "aggregation",
 }
 _PATH_WORDS = frozenset({"SHORTEST", "ALL", "TRAIL", "ACYCLIC"})  # words of a path length spec
 
@@ -84,41 +203,51 @@ def validate_cypher(text: str) -> str:
         raise CypherFilterError(f"cypher_filter must be a string, not {type(text).__name__}.")
     if len(text) > MAX_CYPHER_CHARS:
         raise CypherFilterError(
-            f"cypher_filter is {len(text)} characters long; the limit is {MAX_CYPHER_CHARS}.")
+            f"cypher_filter is {len(text)} characters long; the limit is {MAX_CYPHER_CHARS}."
+        )
     toks = significant_tokens(text)
     if not toks:
         raise CypherFilterError("cypher_filter is empty; expected 'MATCH ... RETURN n.id AS id'.")
     if toks[0].kind != "ident" or toks[0].text.upper() != "MATCH":
         raise CypherFilterError(
-            "cypher_filter must start with MATCH: only read-only graph queries are allowed.")
+            "cypher_filter must start with MATCH: only read-only graph queries are allowed."
+        )
     growth, concatenations = 1, 0
     for i, tok in enumerate(toks):
         if tok.kind == "ident" and tok.text.upper() in ("WITH", "RETURN"):
             growth, concatenations = growth * (concatenations + 1), 0
         if tok.kind == "op" and tok.text == ";":
             raise CypherFilterError(
-                "cypher_filter must be a single statement; ';' is not allowed outside string literals.")
+                "cypher_filter must be a single statement; ';' is not allowed outside string literals."
+            )
         if tok.kind == "ident" and tok.text.upper() in FORBIDDEN_KEYWORDS:
             raise CypherFilterError(
                 f"cypher_filter must be read-only; the keyword {tok.text.upper()} is not allowed "
-                f"(offset {tok.start}).")
+                f"(offset {tok.start})."
+            )
         called = _call_name(toks, i)
         if called is not None and called not in ALLOWED_FUNCTIONS:
             raise CypherFilterError(
                 f"cypher_filter may not call {called.lower()}() (offset {tok.start}): only the functions "
                 f"listed in {ALLOWED_FUNCTIONS_DOC} are allowed: "
-                f"{', '.join(sorted(f.lower() for f in ALLOWED_FUNCTIONS))}.")
+                f"{', '.join(sorted(f.lower() for f in ALLOWED_FUNCTIONS))}."
+            )
         if called in CONCAT_FUNCTIONS or (tok.kind == "op" and tok.text == "+"):
             concatenations += 1
     growth *= concatenations + 1
     if growth > MAX_GROWTH:
         raise CypherFilterError(
             f"cypher_filter chains concatenations ('+', concat()) that can grow a value "
-            f"{growth}-fold; at most {MAX_GROWTH}-fold is allowed.")
-    if not any(a.kind == "ident" and a.text.upper() == "AS" and b.kind in ("ident", "qident")
-               and token_name(b).lower() == "id" for a, b in zip(toks, toks[1:], strict=False)):
-        raise CypherFilterError(
-            "cypher_filter must return a column aliased id, e.g. 'RETURN n.id AS id'.")
+            f"{growth}-fold; at most {MAX_GROWTH}-fold is allowed."
+        )
+    if not any(
+        a.kind == "ident"
+        and a.text.upper() == "AS"
+        and b.kind in ("ident", "qident")
+        and token_name(b).lower() == "id"
+        for a, b in zip(toks, toks[1:], strict=False)
+    ):
+        raise CypherFilterError("cypher_filter must return a column aliased id, e.g. 'RETURN n.id AS id'.")
     edits = _rewrites(toks)
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
@@ -192,9 +321,11 @@ def _label_edit(tok: Token, where: str) -> list[tuple[int, int, str]]:
         if where == "node":
             raise CypherFilterError(
                 f"unknown node label {name!r} in cypher_filter; known labels: Memory, Datasource, Model, "
-                f"ModelColumn (or Column), Measure, Aggregation.")
+                f"ModelColumn (or Column), Measure, Aggregation."
+            )
         raise CypherFilterError(
-            f"unknown relationship type {name!r} in cypher_filter; known types: MENTIONS, CONTAINS, JOINS.")
+            f"unknown relationship type {name!r} in cypher_filter; known types: MENTIONS, CONTAINS, JOINS."
+        )
     return [] if table == tok.text else [(tok.start, tok.end, table)]
 
 
@@ -219,7 +350,8 @@ def _bound_path(toks: list[Token], i: int, edits: list[tuple[int, int, str]]) ->
         if int(bound.text) > MAX_PATH_HOPS:
             raise CypherFilterError(
                 f"variable-length path bound {bound.text} in cypher_filter exceeds the limit of "
-                f"{MAX_PATH_HOPS} hops.")
+                f"{MAX_PATH_HOPS} hops."
+            )
     if (lower is not None and dots is None) or upper is not None:
         return j  # exactly n hops, or a closed range
     if dots is not None:

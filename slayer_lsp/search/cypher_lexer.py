@@ -42,8 +42,11 @@ _TOKEN_RE = re.compile(
     """.replace("ESC", _ESCAPE),
     re.VERBOSE | re.DOTALL,
 )
-_UNTERMINATED = {"'": "string literal (or a bad escape)", '"': "string literal (or a bad escape)",
-                 "`": "quoted name"}
+_UNTERMINATED = {
+    "'": "string literal (or a bad escape)",
+    '"': "string literal (or a bad escape)",
+    "`": "quoted name",
+}
 
 
 def lex(text: str) -> Iterator[Token]:
@@ -56,7 +59,9 @@ def lex(text: str) -> Iterator[Token]:
         kind, tok = m.lastgroup, m.group()
         if kind == "op":
             if tok in _UNTERMINATED:
-                raise CypherFilterError(f"cypher_filter has an unterminated {_UNTERMINATED[tok]} at offset {pos}.")
+                raise CypherFilterError(
+                    f"cypher_filter has an unterminated {_UNTERMINATED[tok]} at offset {pos}."
+                )
             if tok == "/" and text.startswith("/*", pos):
                 raise CypherFilterError(f"cypher_filter has an unterminated /* comment at offset {pos}.")
         yield Token(kind, tok, pos, m.end())

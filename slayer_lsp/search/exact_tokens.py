@@ -47,9 +47,11 @@ from slayer_lsp.texts.words import TOKEN_RE
 _CONNECTOR = re.compile(r"[-.:@]")
 
 _ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)", re.I)
-_UNITS = ("k|m|bn|b|t|kg|g|mg|km|cm|mm|ms|s|sec|secs|h|hr|hrs|min|mins|d|w|wk|wks|y|yr|yrs|am|pm|x|"
-          "px|pt|kb|mb|gb|tb|hz|khz|mhz|ghz|kw|kwh|mw|v|mah|ml|l|lb|lbs|oz|ft|mph|kph|pc|pcs|"
-          "usd|eur|gbp|jpy|p|fps|dpi|c|f")
+_UNITS = (
+    "k|m|bn|b|t|kg|g|mg|km|cm|mm|ms|s|sec|secs|h|hr|hrs|min|mins|d|w|wk|wks|y|yr|yrs|am|pm|x|"
+    "px|pt|kb|mb|gb|tb|hz|khz|mhz|ghz|kw|kwh|mw|v|mah|ml|l|lb|lbs|oz|ft|mph|kph|pc|pcs|"
+    "usd|eur|gbp|jpy|p|fps|dpi|c|f"
+)
 _QUANTITY = re.compile(rf"\d+(?:[.,]\d+)?(?:{_UNITS})", re.I)
 _PERIOD = re.compile(r"(?:q[1-4]|h[12]|fy\d{2,4}|\d{2,4}q[1-4]|q[1-4]fy\d{2,4})", re.I)
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
@@ -59,11 +61,14 @@ _DOTTED = re.compile(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*){1,2}")
 _UPPER_CODE = re.compile(r"[A-Z0-9]+(?:-[A-Z0-9]+)+")
 _LOWER_CAMEL = re.compile(r"[a-z]+(?:[A-Z][a-z0-9]*)+")
 _HASH_NUMBER = re.compile(r"#\s?(\d{2,})\b")
-_ID_WORDS = ("order|invoice|ticket|case|po|sku|id|account|customer|item|product|batch|lot|shipment|"
-             "tracking|ref|reference|contract|claim|request|incident|transaction|booking|reservation|"
-             "policy|serial")
+_ID_WORDS = (
+    "order|invoice|ticket|case|po|sku|id|account|customer|item|product|batch|lot|shipment|"
+    "tracking|ref|reference|contract|claim|request|incident|transaction|booking|reservation|"
+    "policy|serial"
+)
 _LABELLED_NUMBER = re.compile(
-    rf"\b(?:(?:{_ID_WORDS})\b\s*(?:#|no\.?|num\.?|number|id)?\s*:?|(?:no|nr|num)\.)\s*(\d{{3,}})\b", re.I)
+    rf"\b(?:(?:{_ID_WORDS})\b\s*(?:#|no\.?|num\.?|number|id)?\s*:?|(?:no|nr|num)\.)\s*(\d{{3,}})\b", re.I
+)
 _LABEL_PREFIX = re.compile(r"(?:no|nr|num|id|ref)[.:]\d+", re.I)  # "No.667467": the digits are the token
 _YEAR = re.compile(r"(?:19|20)\d{2}")
 _QUOTED = re.compile(r"\"([^\"\n]{1,60})\"|“([^”\n]{1,60})”|`([^`\n]{1,60})`")
@@ -95,7 +100,9 @@ def shape_of(tok: str) -> str | None:
         return "email" if _EMAIL.fullmatch(tok) else None
     if _DOTTED.fullmatch(tok):
         parts = split_canonical(tok)  # two or three, as the pattern says
-        return "canonical" if any(p is not None and len(p) > 1 for p in parts) else None  # e.g / i.e / U.S: not ids
+        return (
+            "canonical" if any(p is not None and len(p) > 1 for p in parts) else None
+        )  # e.g / i.e / U.S: not ids
     alnum = _CONNECTOR.sub("", tok)
     has_digit = any(c.isdigit() for c in alnum)
     has_alpha = any(c.isalpha() for c in alnum)
@@ -171,7 +178,7 @@ def _index_terms(text: str) -> set[str]:
 
 def _contains_run(tokens: Sequence[str], run: Sequence[str]) -> bool:
     n = len(run)
-    return any(list(tokens[i:i + n]) == list(run) for i in range(len(tokens) - n + 1))
+    return any(list(tokens[i : i + n]) == list(run) for i in range(len(tokens) - n + 1))
 
 
 class LiteralIndex:

@@ -116,15 +116,25 @@ def facet_kinds(facet: str, kinds: Iterable[str] | None = None) -> list[str]:
     wanted = set(kinds)
     out = [k for k in declaring if k in wanted]
     if not out:
-        raise SearchError(f"facet {facet!r} is not declared by kind(s) {sorted(wanted)}; "
-                          f"it is declared by {', '.join(declaring)}.")
+        raise SearchError(
+            f"facet {facet!r} is not declared by kind(s) {sorted(wanted)}; "
+            f"it is declared by {', '.join(declaring)}."
+        )
     return out
 
 
-def rank_by_facet(catalog: Catalog, indexes: Any, facet: str, query: str, *,
-                  kinds: Iterable[str] | None = None, allow: frozenset[str] | None = None,
-                  datasource: str | None = None, depth: int = DEFAULT_DEPTH,
-                  channel: str = "auto") -> FacetRanking:
+def rank_by_facet(
+    catalog: Catalog,
+    indexes: Any,
+    facet: str,
+    query: str,
+    *,
+    kinds: Iterable[str] | None = None,
+    allow: frozenset[str] | None = None,
+    datasource: str | None = None,
+    depth: int = DEFAULT_DEPTH,
+    channel: str = "auto",
+) -> FacetRanking:
     """Rank the entities of ``kinds`` (default: every kind declaring ``facet``) by ``facet`` alone.
 
     ``indexes`` is the search's ``SearchIndexes`` (its ``dense`` worker's ``parts`` holds the part
@@ -154,8 +164,9 @@ def rank_by_facet(catalog: Catalog, indexes: Any, facet: str, query: str, *,
     return _lexical_ranking(catalog, facet, query, wanted, owners, depth, warnings)
 
 
-def _scope(catalog: Catalog, indexes: Any, allow: frozenset[str] | None,
-           datasource: str | None) -> frozenset[str] | None:
+def _scope(
+    catalog: Catalog, indexes: Any, allow: frozenset[str] | None, datasource: str | None
+) -> frozenset[str] | None:
     if datasource is None:
         return allow
     if datasource not in catalog.datasources:
@@ -176,7 +187,10 @@ def _dense_ready(indexes: Any, part_kinds: list[str], channel: str) -> tuple[boo
     parts = _parts_worker(indexes)
     if parts is None:
         if channel == "dense" or getattr(indexes, "dense", None) is not None:
-            return False, "facets: no part vectors (the dense channel or its part worker is off); ranked lexically"
+            return (
+                False,
+                "facets: no part vectors (the dense channel or its part worker is off); ranked lexically",
+            )
         return False, None
     counts = parts.index.kind_counts()
     missing = [k for k in part_kinds if not counts.get(k)]
@@ -206,8 +220,15 @@ def _part_allow(facet: str, owners: frozenset[str]) -> frozenset[str]:
     return made
 
 
-def _dense_ranking(indexes: Any, facet: str, query: str, kinds: list[str], owners: frozenset[str] | None,
-                   depth: int, warnings: list[str]) -> FacetRanking | None:
+def _dense_ranking(
+    indexes: Any,
+    facet: str,
+    query: str,
+    kinds: list[str],
+    owners: frozenset[str] | None,
+    depth: int,
+    warnings: list[str],
+) -> FacetRanking | None:
     """Cosine over the facet's part vectors; None (with a warning) when the query cannot be embedded."""
     worker = indexes.dense
     parts = worker.parts
@@ -217,8 +238,9 @@ def _dense_ranking(indexes: Any, facet: str, query: str, kinds: list[str], owner
         warnings.append(f"facets: the query could not be embedded ({exc}); ranked lexically")
         return None
     allow = _part_allow(facet, owners) if owners is not None else None
-    hits = parts.index.top_k(vec, depth, allow=allow, kinds=[part_kind(k, facet) for k in kinds],
-                             model=worker.provider.name)
+    hits = parts.index.top_k(
+        vec, depth, allow=allow, kinds=[part_kind(k, facet) for k in kinds], model=worker.provider.name
+    )
     warnings.extend(parts.parts_status().warnings())
     warnings.extend(hits.warnings)
     ranked: list[tuple[str, float]] = []
@@ -303,8 +325,15 @@ def _lexicon(catalog: Catalog, kind: str, facet: str) -> _Lexicon:
         return lex
 
 
-def _lexical_ranking(catalog: Catalog, facet: str, query: str, kinds: list[str], owners: frozenset[str] | None,
-                     depth: int, warnings: list[str]) -> FacetRanking:
+def _lexical_ranking(
+    catalog: Catalog,
+    facet: str,
+    query: str,
+    kinds: list[str],
+    owners: frozenset[str] | None,
+    depth: int,
+    warnings: list[str],
+) -> FacetRanking:
     ranked: list[tuple[str, float]] = []
     truncated = False
     for kind in kinds:
@@ -322,8 +351,9 @@ def _lexical_ranking(catalog: Catalog, facet: str, query: str, kinds: list[str],
 # --------------------------------------------------------------------------- several facets
 
 
-def search_facets(catalog: Catalog, indexes: Any, params: SearchFacetsParams,
-                  channel: str = "auto") -> SearchFacetsResponse:
+def search_facets(
+    catalog: Catalog, indexes: Any, params: SearchFacetsParams, channel: str = "auto"
+) -> SearchFacetsResponse:
     """Rank the entities of ``params.kind`` having every named facet by their weakest facet score
     (each facet ranked ``depth`` deep). Raises ``SearchError`` for invalid params."""
     kind, warnings = params.kind, []
@@ -333,7 +363,9 @@ def search_facets(catalog: Catalog, indexes: Any, params: SearchFacetsParams,
         raise SearchError(f"facets must name at least one facet of {kind}: {', '.join(FACETS[kind])}.")
     for facet, query in params.facets.items():
         if facet not in FACETS[kind]:
-            raise SearchError(f"facet {facet!r} is not a facet of {kind}; its facets: {', '.join(FACETS[kind])}.")
+            raise SearchError(
+                f"facet {facet!r} is not a facet of {kind}; its facets: {', '.join(FACETS[kind])}."
+            )
         if not query.strip():
             raise SearchError(f"facet {facet!r} has an empty query.")
     if params.limit < 1:
@@ -357,11 +389,15 @@ def search_facets(catalog: Catalog, indexes: Any, params: SearchFacetsParams,
     if why:
         warnings.append(why)
     chosen = "dense" if use_dense else "lexical"
-    rankings = [rank_by_facet(catalog, indexes, f, q, kinds=[kind], allow=owners, depth=depth, channel=chosen)
-                for f, q in params.facets.items()]
+    rankings = [
+        rank_by_facet(catalog, indexes, f, q, kinds=[kind], allow=owners, depth=depth, channel=chosen)
+        for f, q in params.facets.items()
+    ]
     if any(r.channel != chosen for r in rankings):  # a query could not be embedded: all lexical
-        rankings = [rank_by_facet(catalog, indexes, f, q, kinds=[kind], allow=owners, depth=depth,
-                                  channel="lexical") for f, q in params.facets.items()]
+        rankings = [
+            rank_by_facet(catalog, indexes, f, q, kinds=[kind], allow=owners, depth=depth, channel="lexical")
+            for f, q in params.facets.items()
+        ]
     chosen = rankings[0].channel
     for r in rankings:
         warnings.extend(w for w in r.warnings if w != why)
@@ -373,8 +409,9 @@ def search_facets(catalog: Catalog, indexes: Any, params: SearchFacetsParams,
             scores = {cid: {r.facet: s} for cid, s in mine.items()}
         else:
             scores = {cid: {**per, r.facet: mine[cid]} for cid, per in scores.items() if cid in mine}
-    combined = sorted(((min(per.values()), cid) for cid, per in (scores or {}).items()),
-                      key=lambda sc: (-sc[0], sc[1]))
+    combined = sorted(
+        ((min(per.values()), cid) for cid, per in (scores or {}).items()), key=lambda sc: (-sc[0], sc[1])
+    )
     if params.min_score is not None:
         combined = [(s, c) for s, c in combined if s >= params.min_score]
     results: list[FacetHit] = []
@@ -385,25 +422,47 @@ def search_facets(catalog: Catalog, indexes: Any, params: SearchFacetsParams,
             if len(results) >= limit:
                 break
     if len(results) < limit and any(r.truncated for r in rankings) and all(r.ranked for r in rankings):
-        warnings.append(f"only entities in the top {depth} of every facet were combined; "
-                        "a larger depth or a narrower datasource may find more.")
+        warnings.append(
+            f"only entities in the top {depth} of every facet were combined; "
+            "a larger depth or a narrower datasource may find more."
+        )
     return SearchFacetsResponse(results=results, channel=chosen, warnings=list(dict.fromkeys(warnings)))
 
 
-def _hit(catalog: Catalog, indexes: Any, cid: str, score: float, per_facet: dict[str, float],
-         compact: bool) -> FacetHit | None:
+def _hit(
+    catalog: Catalog, indexes: Any, cid: str, score: float, per_facet: dict[str, float], compact: bool
+) -> FacetHit | None:
     facet_scores = dict(per_facet)
     if is_memory_ref(cid):
         mem = catalog.memory(memory_id_of(cid))
         if mem is None:
             return None
         if compact:
-            return FacetHit(kind="memory", id=mem.id, score=score, description=render.compact_description(mem),
-                            query=mem.query, facet_scores=facet_scores)
-        return FacetHit(kind="memory", id=mem.id, score=score, text=render.memory_text(mem),
-                        description=mem.description, query=mem.query, facet_scores=facet_scores)
+            return FacetHit(
+                kind="memory",
+                id=mem.id,
+                score=score,
+                description=render.compact_description(mem),
+                query=mem.query,
+                facet_scores=facet_scores,
+            )
+        return FacetHit(
+            kind="memory",
+            id=mem.id,
+            score=score,
+            text=render.memory_text(mem),
+            description=mem.description,
+            query=mem.query,
+            facet_scores=facet_scores,
+        )
     doc = indexes.docs.get(cid)
     if doc is None:  # hidden, or gone since the ranking was made
         return None
-    return FacetHit(kind=doc.kind, id=cid, score=score, text="" if compact else doc.text,
-                    description=doc.description, facet_scores=facet_scores)
+    return FacetHit(
+        kind=doc.kind,
+        id=cid,
+        score=score,
+        text="" if compact else doc.text,
+        description=doc.description,
+        facet_scores=facet_scores,
+    )

@@ -35,7 +35,9 @@ from slayer_lsp.texts.render import RenderedDoc
 log = logging.getLogger(__name__)
 
 # Canonical-looking tokens in a question: dotted identifiers and memory refs.
-_CANONICAL_TOKEN = re.compile(re.escape(MEMORY_PREFIX) + r"[^\s,;()\"'`]+|[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*){0,2}")
+_CANONICAL_TOKEN = re.compile(
+    re.escape(MEMORY_PREFIX) + r"[^\s,;()\"'`]+|[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*){0,2}"
+)
 _UNSAFE_CHARS = re.compile(r"[^\w\s.-]+")
 
 
@@ -62,8 +64,15 @@ class TextHit:
 class FullTextView:
     """One commit of a ``FullTextIndex``, read-only: what a snapshot's searches rank over."""
 
-    def __init__(self, index: FullTextIndex, searcher: tantivy.Searcher, names: list[str],
-                 members: Map[str, str], kind_counts: dict[str, int], deletions: int) -> None:
+    def __init__(
+        self,
+        index: FullTextIndex,
+        searcher: tantivy.Searcher,
+        names: list[str],
+        members: Map[str, str],
+        kind_counts: dict[str, int],
+        deletions: int,
+    ) -> None:
         self.index = index  # the writer that made it (the refresh derives the next view from it)
         self.path = index.path
         self._tantivy = index.tantivy
@@ -112,18 +121,22 @@ class FullTextView:
         """Which of these documents the query matches at all (whatever their rank)."""
         if not canonicals:
             return set()
-        return {h.canonical for h in self.search(query, memories=memories, limit=len(canonicals),
-                                                  allow=frozenset(canonicals))}
+        return {
+            h.canonical
+            for h in self.search(query, memories=memories, limit=len(canonicals), allow=frozenset(canonicals))
+        }
 
-    def search(self, query: tantivy.Query, *, memories: bool, limit: int,
-               allow: frozenset[str] | None = None) -> list[TextHit]:
+    def search(
+        self, query: tantivy.Query, *, memories: bool, limit: int, allow: frozenset[str] | None = None
+    ) -> list[TextHit]:
         """Rank the documents of one group (memories, or all entity kinds) for a parsed query.
         ``allow`` restricts the ranking to those ids before scoring is cut off."""
         hits, names = self._run(query, memories, limit, allow)
         return [TextHit(name, float(score)) for (score, _), name in zip(hits, names, strict=True)]
 
-    def ranked_ids(self, query: tantivy.Query, *, memories: bool, limit: int,
-                   allow: frozenset[str] | None = None) -> list[str]:
+    def ranked_ids(
+        self, query: tantivy.Query, *, memories: bool, limit: int, allow: frozenset[str] | None = None
+    ) -> list[str]:
         """``search`` without the scores: what fusion needs, several times cheaper on deep rankings."""
         return self._run(query, memories, limit, allow)[1]
 
@@ -131,10 +144,14 @@ class FullTextView:
         if limit <= 0:
             return [], []
         kind_term = tantivy.Query.term_query(self._schema, "kind", "memory")
-        clauses = [(tantivy.Occur.Must, query),
-                   (tantivy.Occur.Must if memories else tantivy.Occur.MustNot, kind_term)]
+        clauses = [
+            (tantivy.Occur.Must, query),
+            (tantivy.Occur.Must if memories else tantivy.Occur.MustNot, kind_term),
+        ]
         if allow is not None:
-            clauses.append((tantivy.Occur.Must, tantivy.Query.term_set_query(self._schema, "id", list(allow))))
+            clauses.append(
+                (tantivy.Occur.Must, tantivy.Query.term_set_query(self._schema, "id", list(allow)))
+            )
         full = tantivy.Query.boolean_query(clauses)
         searcher = self._searcher
         hits = searcher.search(full, limit).hits
@@ -147,8 +164,13 @@ class FullTextIndex:
     """The writer of a tantivy index over one corpus of rendered documents. One thread at a time
     changes it (the refresh, or whoever owns a private index); readers use ``view()``."""
 
-    def __init__(self, docs: Iterable[RenderedDoc] = (), *, path: Path | None = None,
-                 _state: tuple[list[str], dict[str, tuple[str, int, str]]] | None = None):
+    def __init__(
+        self,
+        docs: Iterable[RenderedDoc] = (),
+        *,
+        path: Path | None = None,
+        _state: tuple[list[str], dict[str, tuple[str, int, str]]] | None = None,
+    ):
         """An index over ``docs``, in RAM or (``path``) in a directory that a later start reopens."""
         self.schema = _schema()
         self.path = path
@@ -178,8 +200,9 @@ class FullTextIndex:
         self.upsert(docs)
 
     @classmethod
-    def reopen(cls, path: Path, names: list[str], members: dict[str, tuple[str, int, str]],
-               opstamp: int) -> FullTextIndex | None:
+    def reopen(
+        cls, path: Path, names: list[str], members: dict[str, tuple[str, int, str]], opstamp: int
+    ) -> FullTextIndex | None:
         """Reopen a cached index when it is exactly the one its manifest describes; else None."""
         try:
             index = cls(path=path, _state=(names, members))
@@ -197,17 +220,28 @@ class FullTextIndex:
 
     def _publish(self) -> FullTextView:
         self.tantivy.reload()
-        return FullTextView(self, self.tantivy.searcher(), self._names, self._members,
-                            dict(self._kind_counts), self._deletions)
+        return FullTextView(
+            self,
+            self.tantivy.searcher(),
+            self._names,
+            self._members,
+            dict(self._kind_counts),
+            self._deletions,
+        )
 
     def sync(self, docs: dict[str, RenderedDoc]) -> None:
         """Make the index hold exactly ``docs``, touching only documents whose text changed."""
-        self.replace([c for c in self._members if c not in docs],
-                     [doc for cid, doc in docs.items() if self._digests.get(cid) != doc_digest(doc)])
+        self.replace(
+            [c for c in self._members if c not in docs],
+            [doc for cid, doc in docs.items() if self._digests.get(cid) != doc_digest(doc)],
+        )
 
     def manifest(self) -> tuple[int, list[str], dict[str, tuple[str, int, str]]]:
-        return (self._opstamp, list(self._names),
-                {c: (g, self._keys[c], self._digests[c]) for c, g in self._members.items()})
+        return (
+            self._opstamp,
+            list(self._names),
+            {c: (g, self._keys[c], self._digests[c]) for c, g in self._members.items()},
+        )
 
     # the current view's reads, for an owner that keeps the index to itself
     def __contains__(self, canonical: str) -> bool:
@@ -227,8 +261,9 @@ class FullTextIndex:
     def parse(self, question: str) -> tantivy.Query | None:
         return self._view.parse(question)
 
-    def search(self, query: tantivy.Query, *, memories: bool, limit: int,
-               allow: frozenset[str] | None = None) -> list[TextHit]:
+    def search(
+        self, query: tantivy.Query, *, memories: bool, limit: int, allow: frozenset[str] | None = None
+    ) -> list[TextHit]:
         return self._view.search(query, memories=memories, limit=limit, allow=allow)
 
     # ------------------------------------------------------------------ updates

@@ -310,8 +310,12 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-_LIMITS = w.Limits(address_space_bytes=CHILD_ADDRESS_SPACE_BYTES, buffer_pool_bytes=BUFFER_POOL_BYTES,
-                   max_db_bytes=BUFFER_POOL_BYTES, threads=GRAPH_THREADS)
+_LIMITS = w.Limits(
+    address_space_bytes=CHILD_ADDRESS_SPACE_BYTES,
+    buffer_pool_bytes=BUFFER_POOL_BYTES,
+    max_db_bytes=BUFFER_POOL_BYTES,
+    threads=GRAPH_THREADS,
+)
 # A reply is at most the ids (counted in UTF-8 bytes by the child) plus msgpack framing per id.
 _MAX_REPLY_BYTES = MAX_ID_BYTES + 8 * MAX_FILTER_ROWS + 65_536
 
@@ -323,8 +327,12 @@ class _Child:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "slayer_lsp.search.graph_worker", msgspec.json.encode(_LIMITS).decode()],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(), close_fds=True,
-            start_new_session=True)  # a Ctrl-C meant for the daemon's terminal is the daemon's to handle
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=_child_env(),
+            close_fds=True,
+            start_new_session=True,
+        )  # a Ctrl-C meant for the daemon's terminal is the daemon's to handle
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._out = self.proc.stdin
         self._fd = self.proc.stdout.fileno()
@@ -466,7 +474,8 @@ class GraphIndex:
                 graph._drop()
                 raise GraphUnavailableError(
                     f"the graph process stopped while loading ({stop.reason}{', ' if stop.detail else ''}"
-                    f"{stop.detail})") from None
+                    f"{stop.detail})"
+                ) from None
         return graph
 
     def _start(self, cancel: threading.Event | None) -> None:
@@ -483,8 +492,11 @@ class GraphIndex:
             self._drop()
             raise GraphUnavailableError(hello.message)
         rows = _View(self._catalog).emit_all()
-        reply = child.call(w.Build(*_wire_rows(rows), cpu_s=int(BUILD_TIMEOUT_S) * GRAPH_THREADS),
-                           time.monotonic() + BUILD_TIMEOUT_S, cancel)
+        reply = child.call(
+            w.Build(*_wire_rows(rows), cpu_s=int(BUILD_TIMEOUT_S) * GRAPH_THREADS),
+            time.monotonic() + BUILD_TIMEOUT_S,
+            cancel,
+        )
         if isinstance(reply, w.Failed):
             self._drop()
             raise GraphUnavailableError(f"LadybugDB could not load the graph: {reply.message}")
@@ -546,22 +558,34 @@ class GraphIndex:
         memories, models, datasources = (sorted(touched[k]) for k in ("memory", "model", "datasource"))
         rows = _unit_rows(view, touched, memories, models, datasources)
         try:
-            reply = child.call(w.Apply(memories, models, datasources, *_wire_rows(rows),
-                                       cpu_s=int(BUILD_TIMEOUT_S) * GRAPH_THREADS),
-                               time.monotonic() + BUILD_TIMEOUT_S, None)
+            reply = child.call(
+                w.Apply(
+                    memories,
+                    models,
+                    datasources,
+                    *_wire_rows(rows),
+                    cpu_s=int(BUILD_TIMEOUT_S) * GRAPH_THREADS,
+                ),
+                time.monotonic() + BUILD_TIMEOUT_S,
+                None,
+            )
         except _Stopped as stop:
             reply = w.Failed(stop.reason, stop.detail)
         if isinstance(reply, w.Failed):  # a failed patch must not leave a half-updated graph
-            log.warning("graph: incremental update failed (%s: %s); the next filter rebuilds it",
-                        reply.reason, reply.message[:500])
+            log.warning(
+                "graph: incremental update failed (%s: %s); the next filter rebuilds it",
+                reply.reason,
+                reply.message[:500],
+            )
             self._drop()
             return "rebuilt"
         return "incremental"
 
     # ------------------------------------------------------------------ queries
 
-    def run(self, cypher: str, timeout_s: float = DEFAULT_TIMEOUT_S,
-            cancel: threading.Event | None = None) -> frozenset[str]:
+    def run(
+        self, cypher: str, timeout_s: float = DEFAULT_TIMEOUT_S, cancel: threading.Event | None = None
+    ) -> frozenset[str]:
         """The ids returned by a validated ``cypher_filter``. Raises ``CypherFilterError`` when the
         filter is refused, fails, is cancelled (``cancel`` set) or runs longer than ``timeout_s``
         (waiting for another filter included; restarting a killed child is not)."""
@@ -577,16 +601,24 @@ class GraphIndex:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise CypherFilterError(_timeout_message(timeout_s))
-                query = w.Query(text, timeout_ms=max(1, int(remaining * 1000)), max_rows=MAX_FILTER_ROWS,
-                                max_id_bytes=MAX_ID_BYTES, cpu_s=CHILD_CPU_S)
+                query = w.Query(
+                    text,
+                    timeout_ms=max(1, int(remaining * 1000)),
+                    max_rows=MAX_FILTER_ROWS,
+                    max_id_bytes=MAX_ID_BYTES,
+                    cpu_s=CHILD_CPU_S,
+                )
                 try:
                     reply = child.call(query, deadline + KILL_GRACE_S, cancel)
                 except _Stopped as stop:
                     self._drop()
                     if self._closed:
                         raise CypherFilterError("the cypher_filter graph has been closed.") from None
-                    log.warning("graph: cypher_filter stopped (%s %s); the graph process is replaced",
-                                stop.reason, stop.detail)
+                    log.warning(
+                        "graph: cypher_filter stopped (%s %s); the graph process is replaced",
+                        stop.reason,
+                        stop.detail,
+                    )
                     if stop.reason == "died" and attempt == 1:
                         # Killed by someone else (an OOM killer, an operator) or by its own limits:
                         # once more in a fresh child, within the same deadline.
@@ -609,7 +641,8 @@ class GraphIndex:
                 raise CypherFilterError("cypher_filter was cancelled.")
             if time.monotonic() >= deadline:
                 raise CypherFilterError(
-                    f"cypher_filter timed out after {timeout_s:g} s waiting for another cypher_filter to finish.")
+                    f"cypher_filter timed out after {timeout_s:g} s waiting for another cypher_filter to finish."
+                )
 
     def counts(self) -> dict[str, int]:
         """Rows per node and relationship table (for checks and benchmarks)."""
@@ -667,8 +700,9 @@ def _wire_rows(rows: _Rows) -> tuple[dict[str, list[list[str]]], list[w.EdgeRows
     return nodes, edges
 
 
-def _unit_rows(view: _View, touched: dict[str, set[str]], memories: list[str], models: list[str],
-               datasources: list[str]) -> _Rows:
+def _unit_rows(
+    view: _View, touched: dict[str, set[str]], memories: list[str], models: list[str], datasources: list[str]
+) -> _Rows:
     """The rows that replace the touched units: their own nodes and edges, and the edges from
     untouched units into them (deleting a node drops every edge into it)."""
     rows = _Rows()
@@ -698,7 +732,9 @@ def _unit_rows(view: _View, touched: dict[str, set[str]], memories: list[str], m
         ref = memory_ref(memory_id)
         if ref in touched["memory"]:
             continue
-        into = [tag for tag in memory.entities if tag in exact or (is_leaf_id(tag) and model_of(tag) in below)]
+        into = [
+            tag for tag in memory.entities if tag in exact or (is_leaf_id(tag) and model_of(tag) in below)
+        ]
         if into:
             view.emit_mentions(ref, into, rows)
     return rows
@@ -710,8 +746,10 @@ def _timeout_message(timeout_s: float | None) -> str:
 
 
 def _memory_message() -> str:
-    return (f"cypher_filter needs more than the {CHILD_RSS_BYTES >> 20} MiB the graph may use; "
-            f"narrow the pattern or return fewer, smaller values.")
+    return (
+        f"cypher_filter needs more than the {CHILD_RSS_BYTES >> 20} MiB the graph may use; "
+        f"narrow the pattern or return fewer, smaller values."
+    )
 
 
 def _stopped_message(stop: _Stopped, timeout_s: float | None) -> str:
@@ -723,8 +761,10 @@ def _stopped_message(stop: _Stopped, timeout_s: float | None) -> str:
         return _memory_message()
     if stop.reason == "closed":
         return "the cypher_filter graph has been closed."
-    return (f"cypher_filter stopped the graph process ({stop.detail or 'it died'}): it went past the "
-            f"graph's memory or CPU limit; narrow the pattern.")
+    return (
+        f"cypher_filter stopped the graph process ({stop.detail or 'it died'}): it went past the "
+        f"graph's memory or CPU limit; narrow the pattern."
+    )
 
 
 def _failed_message(reply: w.Failed, timeout_s: float) -> str:
@@ -734,14 +774,20 @@ def _failed_message(reply: w.Failed, timeout_s: float) -> str:
     if reason == "memory":
         return _memory_message()
     if reason == "rows":
-        return (f"cypher_filter returned more than {MAX_FILTER_ROWS:,} rows; return each id once "
-                f"(RETURN DISTINCT n.id AS id) or narrow the pattern.")
+        return (
+            f"cypher_filter returned more than {MAX_FILTER_ROWS:,} rows; return each id once "
+            f"(RETURN DISTINCT n.id AS id) or narrow the pattern."
+        )
     if reason == "ids":
-        return (f"cypher_filter returned more than {MAX_ID_BYTES >> 20} MiB of ids; return ids "
-                f"(RETURN n.id AS id), not values built from them.")
+        return (
+            f"cypher_filter returned more than {MAX_ID_BYTES >> 20} MiB of ids; return ids "
+            f"(RETURN n.id AS id), not values built from them."
+        )
     if reason == "column":
         return f"cypher_filter must return a column named id; it returned {message}."
     if reason == "value":
-        return ("the id column of cypher_filter must hold ids (e.g. 'RETURN n.id AS id'), not nodes, "
-                "relationships or lists.")
+        return (
+            "the id column of cypher_filter must hold ids (e.g. 'RETURN n.id AS id'), not nodes, "
+            "relationships or lists."
+        )
     return f"cypher_filter failed: {message}"

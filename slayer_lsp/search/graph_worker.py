@@ -119,10 +119,15 @@ NODE_COLUMNS = {
     "Aggregation": ("id", "name", "description"),
 }
 REL_PAIRS = {
-    "MENTIONS": tuple(("Memory", t) for t in
-                      ("Datasource", "Model", "ModelColumn", "Measure", "Aggregation", "Memory")),
-    "CONTAINS": (("Datasource", "Model"), ("Model", "ModelColumn"), ("Model", "Measure"),
-                 ("Model", "Aggregation")),
+    "MENTIONS": tuple(
+        ("Memory", t) for t in ("Datasource", "Model", "ModelColumn", "Measure", "Aggregation", "Memory")
+    ),
+    "CONTAINS": (
+        ("Datasource", "Model"),
+        ("Model", "ModelColumn"),
+        ("Model", "Measure"),
+        ("Model", "Aggregation"),
+    ),
     "JOINS": (("Model", "Model"),),
 }
 REL_PROPS = {"JOINS": ("cardinality",)}
@@ -207,8 +212,10 @@ def _create_nodes(conn: Any, table: str, lst: list[list[str]]) -> None:
         return
     cols = NODE_COLUMNS[table]
     props = ", ".join(f"{c}: r.{c}" for c in cols)
-    conn.execute(f"UNWIND $rows AS r CREATE (:{table} {{{props}}})",
-                 {"rows": [dict(zip(cols, map(_no_nul, row), strict=True)) for row in lst]})
+    conn.execute(
+        f"UNWIND $rows AS r CREATE (:{table} {{{props}}})",
+        {"rows": [dict(zip(cols, map(_no_nul, row), strict=True)) for row in lst]},
+    )
 
 
 def _memory_error(message: str) -> bool:
@@ -222,8 +229,12 @@ class _Graph:
     def __init__(self, limits: Limits) -> None:
         import ladybug
 
-        self.db = ladybug.Database(":memory:", buffer_pool_size=limits.buffer_pool_bytes,
-                                   max_db_size=limits.max_db_bytes, max_num_threads=limits.threads)
+        self.db = ladybug.Database(
+            ":memory:",
+            buffer_pool_size=limits.buffer_pool_bytes,
+            max_db_size=limits.max_db_bytes,
+            max_num_threads=limits.threads,
+        )
         self.writer = ladybug.Connection(self.db)
         self.reader = ladybug.Connection(self.db)
         for stmt in _schema_statements():
@@ -240,7 +251,9 @@ class _Graph:
         if req.memories:
             conn.execute("MATCH (n:Memory) WHERE n.id IN $ids DETACH DELETE n", {"ids": req.memories})
         if req.models:
-            conn.execute("MATCH (m:Model)-[:CONTAINS]->(n) WHERE m.id IN $ids DETACH DELETE n", {"ids": req.models})
+            conn.execute(
+                "MATCH (m:Model)-[:CONTAINS]->(n) WHERE m.id IN $ids DETACH DELETE n", {"ids": req.models}
+            )
             conn.execute("MATCH (m:Model) WHERE m.id IN $ids DETACH DELETE m", {"ids": req.models})
         if req.datasources:
             conn.execute("MATCH (n:Datasource) WHERE n.id IN $ids DETACH DELETE n", {"ids": req.datasources})

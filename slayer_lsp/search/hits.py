@@ -17,8 +17,9 @@ from slayer_lsp.store import documents as d
 from slayer_lsp.texts import render
 
 
-def named_ranking(catalog: Catalog, inputs: list[str], ds: str | None,
-                  candidate_ids: frozenset[str] | None) -> tuple[list[str], list[str]]:
+def named_ranking(
+    catalog: Catalog, inputs: list[str], ds: str | None, candidate_ids: frozenset[str] | None
+) -> tuple[list[str], list[str]]:
     """Each named entity surfaces as itself (channel 1's entity side), unless a filter drops it."""
     ranking: list[str] = []
     warnings: list[str] = []
@@ -33,8 +34,9 @@ def named_ranking(catalog: Catalog, inputs: list[str], ds: str | None,
             continue
         ent = catalog.get(c)
         if ent is None:
-            warnings.append(f"entity {c!r} resolved but is no longer present in storage; "
-                            "dropped from entities bucket.")
+            warnings.append(
+                f"entity {c!r} resolved but is no longer present in storage; dropped from entities bucket."
+            )
             continue
         if ent.hidden:
             where = "model" if ent.model is not None and ent.model.hidden else "column"
@@ -44,9 +46,17 @@ def named_ranking(catalog: Catalog, inputs: list[str], ds: str | None,
     return ranking, warnings
 
 
-def search_hit(catalog: Catalog, indexes: SearchIndexes, key: str, score: float, inputs: list[str],
-               valid: Callable[[str], bool], candidate_ids: frozenset[str] | None, kind_filter: set[str] | None,
-               compact: bool) -> SearchHit | None:
+def search_hit(
+    catalog: Catalog,
+    indexes: SearchIndexes,
+    key: str,
+    score: float,
+    inputs: list[str],
+    valid: Callable[[str], bool],
+    candidate_ids: frozenset[str] | None,
+    kind_filter: set[str] | None,
+    compact: bool,
+) -> SearchHit | None:
     """The hit of one ranked id (an entity or ``memory:<id>``), or None when the cypher filter,
     the kinds asked for or the current documents leave it out."""
     if candidate_ids is not None and key not in candidate_ids:
@@ -61,18 +71,34 @@ def search_hit(catalog: Catalog, indexes: SearchIndexes, key: str, score: float,
         return None
     if kind_filter is not None and doc.kind not in kind_filter:
         return None
-    return SearchHit(kind=doc.kind, id=key, score=score, text="" if compact else doc.text,
-                     description=doc.description)
+    return SearchHit(
+        kind=doc.kind, id=key, score=score, text="" if compact else doc.text, description=doc.description
+    )
 
 
-def memory_hit(mem: d.Memory, score: float, inputs: list[str], valid: Callable[[str], bool],
-               compact: bool) -> SearchHit:
+def memory_hit(
+    mem: d.Memory, score: float, inputs: list[str], valid: Callable[[str], bool], compact: bool
+) -> SearchHit:
     """A memory answered whole; ``matched_entities``: the inputs among its live tags and itself."""
     live = [t for t in mem.entities if valid(t)]
     live.append(memory_ref(mem.id))
     matched = sorted(set(inputs) & set(live)) if inputs else []
     if compact:
-        return SearchHit(kind="memory", id=mem.id, score=score, text="",
-                         description=render.compact_description(mem), matched_entities=matched, query=mem.query)
-    return SearchHit(kind="memory", id=mem.id, score=score, text=render.memory_text(mem),
-                     description=mem.description, matched_entities=matched, query=mem.query)
+        return SearchHit(
+            kind="memory",
+            id=mem.id,
+            score=score,
+            text="",
+            description=render.compact_description(mem),
+            matched_entities=matched,
+            query=mem.query,
+        )
+    return SearchHit(
+        kind="memory",
+        id=mem.id,
+        score=score,
+        text=render.memory_text(mem),
+        description=mem.description,
+        matched_entities=matched,
+        query=mem.query,
+    )

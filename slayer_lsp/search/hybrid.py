@@ -82,7 +82,9 @@ W_SHAPE = 0.3
 W_TABLE = 0.5
 W_DATASOURCE = 1.0
 W_TAGS = 1.0  # a memory whose tags name the inputs
-W_MEMORY_EVIDENCE = 0.25  # share of a matching memory's own score (W_MEMORY units) lent to the entities it tags
+W_MEMORY_EVIDENCE = (
+    0.25  # share of a matching memory's own score (W_MEMORY units) lent to the entities it tags
+)
 TABLE_LEAVES = 2  # a table scores the mean of this many best leaves
 JOIN_TABLE_RATIO = 0.5  # tables within this share of the best table's score are joined
 JOIN_TABLES = 3
@@ -162,7 +164,9 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
             memory_final[m.memory_id] = LINK_DECAY * memory_final.get(memory_id_of(m.via), 0.0)
         else:
             share = mem_own[m.memory_id] / best_own if best_own > 0 else 0.0
-            memory_final[m.memory_id] = mem_own[m.memory_id] + _memory_routing(catalog, m.memory_id, sc, share)
+            memory_final[m.memory_id] = mem_own[m.memory_id] + _memory_routing(
+                catalog, m.memory_id, sc, share
+            )
     if matches and matches[0].named:  # the best memory of a named record leads the memories
         memory_final[matches[0].memory_id] = max(memory_final.values()) + LEAD_MARGIN
     elif memory_final:  # the best memory leads the entities it lent its evidence to: it explains them
@@ -182,8 +186,13 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     return _hits(catalog, indexes, req, ((c, final[c]) for c in _best_first(final, req.max_results)), via)
 
 
-def _hits(catalog: Catalog, indexes: SearchIndexes, req: Request, scored: Iterable[tuple[str, float]],
-          via: dict[str, str]) -> list[SearchHit]:
+def _hits(
+    catalog: Catalog,
+    indexes: SearchIndexes,
+    req: Request,
+    scored: Iterable[tuple[str, float]],
+    via: dict[str, str],
+) -> list[SearchHit]:
     """Hits for (id, score) pairs best first, up to ``max_results``; what may not come back (kind,
     cypher filter, scope) is skipped."""
     results: list[SearchHit] = []
@@ -195,8 +204,17 @@ def _hits(catalog: Catalog, indexes: SearchIndexes, req: Request, scored: Iterab
             if hit is not None and cid in via:
                 hit.via = via[cid]
         else:
-            hit = search_hit(catalog, indexes, cid, score, req.inputs, req.valid, req.candidate_ids,
-                             req.kind_filter, req.params.compact)
+            hit = search_hit(
+                catalog,
+                indexes,
+                cid,
+                score,
+                req.inputs,
+                req.valid,
+                req.candidate_ids,
+                req.kind_filter,
+                req.params.compact,
+            )
         if hit is not None:
             hit.score = round(hit.score, 6)
             results.append(hit)
@@ -211,15 +229,23 @@ def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request, facet
     if not req.has_question:
         raise SearchError("facet needs a question to rank by.")
     kinds = sorted(req.kind_filter) if req.kind_filter is not None else None
-    ranking = rank_by_facet(catalog, indexes, facet, req.question or "", kinds=kinds,
-                            allow=req.candidate_ids, datasource=req.datasource,
-                            depth=max(req.max_results, 50))
+    ranking = rank_by_facet(
+        catalog,
+        indexes,
+        facet,
+        req.question or "",
+        kinds=kinds,
+        allow=req.candidate_ids,
+        datasource=req.datasource,
+        depth=max(req.max_results, 50),
+    )
     req.warnings.extend(ranking.warnings)
     return _hits(catalog, indexes, req, ranking.ranked, {})
 
 
-def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed,
-              evidence: _MemoryEvidence) -> list[MemoryMatch]:
+def _memories(
+    catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed, evidence: _MemoryEvidence
+) -> list[MemoryMatch]:
     """The memory side's candidates (``search/memory_ranking.py``): pieces, exact tokens, keyword, tags,
     links — one match per memory, with the channels that found it and the named-record lead."""
     if not allowed.memories_on or not allowed.memory_ids:
@@ -227,16 +253,29 @@ def _memories(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _
     corpus = indexes.tag_corpus(catalog, req.datasource) if req.candidate_ids is None and req.inputs else None
     dense = [*evidence.pieces, *((mid, -1, cos) for mid, cos in evidence.cosine.items())]
     return rank_memories(
-        catalog, indexes.pieces_for(catalog), question=req.question if req.has_question else None,
-        named=req.inputs, allowed=None if req.datasource is None and req.candidate_ids is None else allowed.memory_ids,
+        catalog,
+        indexes.pieces_for(catalog),
+        question=req.question if req.has_question else None,
+        named=req.inputs,
+        allowed=None if req.datasource is None and req.candidate_ids is None else allowed.memory_ids,
         # the nearest pieces, and the whole memories' vectors (for what is not cut into vectors yet)
-        dense=dense or None, keyword=req.params.keyword, related=min(req.params.related, MAX_RELATED_HOPS),
-        tag_corpus=corpus, depth=max(MEMORY_CANDIDATES, 2 * req.max_results), now=_today(),
-        channel_depth=MEMORY_CANDIDATES)
+        dense=dense or None,
+        keyword=req.params.keyword,
+        related=min(req.params.related, MAX_RELATED_HOPS),
+        tag_corpus=corpus,
+        depth=max(MEMORY_CANDIDATES, 2 * req.max_results),
+        now=_today(),
+        channel_depth=MEMORY_CANDIDATES,
+    )
 
 
-def _memory_own(catalog: Catalog, indexes: SearchIndexes, req: Request, matches: list[MemoryMatch],
-                evidence: _MemoryEvidence) -> dict[str, float]:
+def _memory_own(
+    catalog: Catalog,
+    indexes: SearchIndexes,
+    req: Request,
+    matches: list[MemoryMatch],
+    evidence: _MemoryEvidence,
+) -> dict[str, float]:
     """Each matched memory's own evidence in the entities' units (see ``memory_strength``), times
     its recency factor (which only separates near-ties)."""
     if not matches:
@@ -342,11 +381,17 @@ def _best_first(final: dict[str, float], wanted: int) -> Iterator[str]:
     head = heapq.nsmallest(4 * wanted + 16, final, key=key)
     yield from head
     if len(head) < len(final):
-        yield from sorted(final, key=key)[len(head):]
+        yield from sorted(final, key=key)[len(head) :]
 
 
-def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed,
-                       sc: _Scores, evidence: _MemoryEvidence) -> None:
+def _question_evidence(
+    catalog: Catalog,
+    indexes: SearchIndexes,
+    req: Request,
+    allowed: _Allowed,
+    sc: _Scores,
+    evidence: _MemoryEvidence,
+) -> None:
     """The entities' own evidence from every channel; the memories' whole-text BM25 and cosines go
     to ``evidence`` for the memory side."""
     question = req.question or ""
@@ -362,7 +407,9 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
         if not is_memory_ref(cid) and allowed.entity(cid):
             sc.own[cid] += W_TEXT * 2
     if query is not None and allowed.memories_on:
-        mem_allow = frozenset(memory_ref(m) for m in req.scoped_ids) if req.candidate_ids is not None else None
+        mem_allow = (
+            frozenset(memory_ref(m) for m in req.scoped_ids) if req.candidate_ids is not None else None
+        )
         for h in index.search(query, memories=True, limit=MEMORY_CANDIDATES, allow=mem_allow):
             if allowed.memory(memory_id_of(h.canonical)):
                 evidence.text[memory_id_of(h.canonical)] = h.score
@@ -375,7 +422,9 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
         req.warnings.extend(hits.warnings)
         for kind, ranked in hits.by_kind.items():
             if kind == "memory":
-                evidence.cosine.update((memory_id_of(c), cos) for c, cos in ranked if allowed.memory(memory_id_of(c)))
+                evidence.cosine.update(
+                    (memory_id_of(c), cos) for c, cos in ranked if allowed.memory(memory_id_of(c))
+                )
                 continue
             for cid, cos in ranked:
                 if allowed.entity(cid):
@@ -400,8 +449,9 @@ def _question_evidence(catalog: Catalog, indexes: SearchIndexes, req: Request, a
                 sc.own[cid] += W_SHAPE * len(shapes & lexicon.shapes_of(cid))
 
 
-def _memory_evidence(catalog: Catalog, mem_own: dict[str, float], sc: _Scores,
-                     allowed: _Allowed) -> dict[str, list[str]]:
+def _memory_evidence(
+    catalog: Catalog, mem_own: dict[str, float], sc: _Scores, allowed: _Allowed
+) -> dict[str, list[str]]:
     """The best matching memories lend part of their score to the entities they are tagged with —
     within the datasources the question is routed to (a memory about another database must not
     pull that database's columns in). Returns the entities each memory lent to."""
@@ -416,7 +466,11 @@ def _memory_evidence(catalog: Catalog, mem_own: dict[str, float], sc: _Scores,
         if mem is None or score < EVIDENCE_MEMORY_RATIO * best:
             continue
         for tag in mem.entities:
-            if not is_memory_ref(tag) and allowed.entity(tag) and (not routed or datasource_of(tag) in routed):
+            if (
+                not is_memory_ref(tag)
+                and allowed.entity(tag)
+                and (not routed or datasource_of(tag) in routed)
+            ):
                 sc.own[tag] += W_MEMORY_EVIDENCE * score
                 lent.setdefault(mid, []).append(tag)
     return lent
@@ -462,17 +516,23 @@ def _memory_routing(catalog: Catalog, mid: str, sc: _Scores, share: float) -> fl
         if model is not None:
             table = max(table, sc.table.get(model, 0.0))
         else:
-            table = max(table, sc.datasource.get(datasource_of(tag), 0.0))  # a datasource scores its best table
+            table = max(
+                table, sc.datasource.get(datasource_of(tag), 0.0)
+            )  # a datasource scores its best table
     if not tagged:
         table = share * max(sc.table.values(), default=0.0)
         ds = share * max(sc.datasource.values(), default=0.0)
     return W_TABLE * table + W_DATASOURCE * ds
 
 
-def _complete_joins(catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final: dict[str, float],
-                    allowed: _Allowed) -> None:
-    leaves = heapq.nlargest(JOIN_AFTER, (c for c in final if is_leaf_id(c) and catalog.kind_of(c) in LEAF_KINDS),
-                            key=lambda c: (final[c], c))
+def _complete_joins(
+    catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final: dict[str, float], allowed: _Allowed
+) -> None:
+    leaves = heapq.nlargest(
+        JOIN_AFTER,
+        (c for c in final if is_leaf_id(c) and catalog.kind_of(c) in LEAF_KINDS),
+        key=lambda c: (final[c], c),
+    )
     if not leaves:
         return
     best_ds = datasource_of(leaves[0])
@@ -482,7 +542,7 @@ def _complete_joins(catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final
     chosen = [t for t in tables[:JOIN_TABLES] if sc.table[t] >= JOIN_TABLE_RATIO * sc.table[tables[0]]]
     keys: list[str] = []
     for i, a in enumerate(chosen):
-        for b in chosen[i + 1:]:
+        for b in chosen[i + 1 :]:
             keys += indexes.lexicon_for(catalog).join_keys(a, b)
     head = set(leaves[:JOIN_AFTER])
     keys = [k for k in dict.fromkeys(keys) if k not in head and allowed.entity(k)]

@@ -124,8 +124,9 @@ class SearchIndexes:
         if cache is not None:
             manifest = cache.load_text_manifest()
             if manifest is not None:
-                fulltext = FullTextIndex.reopen(Path(manifest.directory), manifest.names, manifest.members,
-                                                manifest.opstamp)
+                fulltext = FullTextIndex.reopen(
+                    Path(manifest.directory), manifest.names, manifest.members, manifest.opstamp
+                )
             if fulltext is not None:
                 fulltext.sync(docs)  # only documents whose text changed since the last run
             else:
@@ -167,7 +168,10 @@ class SearchIndexes:
                 continue
             scoped = [u for u in upserts if ds in scope.doc_scopes(catalog, u.canonical)]
             gone = [c for c in removals if c in view] + [
-                u.canonical for u in upserts if u.canonical in view and ds not in scope.doc_scopes(catalog, u.canonical)]
+                u.canonical
+                for u in upserts
+                if u.canonical in view and ds not in scope.doc_scopes(catalog, u.canonical)
+            ]
             seed[key] = view.index.replace(gone, scoped)
         if self.dense is not None:
             _feed_dense(self.dense, catalog, touched, delta)
@@ -186,9 +190,18 @@ class SearchIndexes:
             seed["pieces"] = pieces.apply(catalog, delta)
         if terms is not None:
             seed["memory terms"] = terms.derive(catalog, delta)
-        return SearchIndexes(docs, fulltext, self.graph_enabled, graph, cache=self.cache, dense=self.dense,
-                             _graph_pending=frozenset(pending), ram_live=self.ram_live, _lazy=_Lazy(seed),
-                             _graph_lock=self._graph_lock)
+        return SearchIndexes(
+            docs,
+            fulltext,
+            self.graph_enabled,
+            graph,
+            cache=self.cache,
+            dense=self.dense,
+            _graph_pending=frozenset(pending),
+            ram_live=self.ram_live,
+            _lazy=_Lazy(seed),
+            _graph_lock=self._graph_lock,
+        )
 
     @property
     def needs_compaction(self) -> bool:
@@ -205,8 +218,12 @@ class SearchIndexes:
         on-disk cache gets a separate snapshot that the next start reopens and brings up to date."""
         docs = self.docs
         seed: dict[Any, Any] = {
-            ("fulltext", ds): FullTextIndex(doc for cid, doc in docs.items() if ds in scope.doc_scopes(catalog, cid)).view()
-            for ds in self.by_datasource if ds in catalog.datasources}
+            ("fulltext", ds): FullTextIndex(
+                doc for cid, doc in docs.items() if ds in scope.doc_scopes(catalog, cid)
+            ).view()
+            for ds in self.by_datasource
+            if ds in catalog.datasources
+        }
         snapshot = _persistent_index(self.cache, docs) if self.cache is not None else None
         if snapshot is not None:
             _save_manifest(self.cache, snapshot)
@@ -224,9 +241,18 @@ class SearchIndexes:
                 seed[key] = value
         with self._graph_lock:
             graph, pending = self._graph, self._graph_pending
-        return SearchIndexes(docs, live.view(), self.graph_enabled, graph, cache=self.cache,
-                             dense=self.dense, _graph_pending=pending, ram_live=self.ram_live,
-                             _lazy=_Lazy(seed), _graph_lock=self._graph_lock)
+        return SearchIndexes(
+            docs,
+            live.view(),
+            self.graph_enabled,
+            graph,
+            cache=self.cache,
+            dense=self.dense,
+            _graph_pending=pending,
+            ram_live=self.ram_live,
+            _lazy=_Lazy(seed),
+            _graph_lock=self._graph_lock,
+        )
 
     def save_cache(self) -> None:
         """Record the live index's state so the next start reopens it (after incremental updates)."""
@@ -236,8 +262,12 @@ class SearchIndexes:
     def fulltext_for(self, catalog: Catalog, datasource: str | None) -> FullTextView:
         if datasource is None:
             return self.fulltext
-        return self._lazy.get(("fulltext", datasource), lambda: FullTextIndex(
-            doc for cid, doc in self.docs.items() if datasource in scope.doc_scopes(catalog, cid)).view())
+        return self._lazy.get(
+            ("fulltext", datasource),
+            lambda: FullTextIndex(
+                doc for cid, doc in self.docs.items() if datasource in scope.doc_scopes(catalog, cid)
+            ).view(),
+        )
 
     def pieces_for(self, catalog: Catalog) -> MemoryPieceIndex:
         """Memories cut into pieces for the hybrid ranking (built once, then derived per delta)."""
@@ -290,8 +320,10 @@ class SearchIndexes:
             graph.abort()
 
     def scoped_memory_ids(self, catalog: Catalog, datasource: str | None) -> frozenset[str]:
-        return self._cached(("memory ids", datasource),
-                            lambda: frozenset(m.id for m in self.scoped_memories(catalog, datasource)))
+        return self._cached(
+            ("memory ids", datasource),
+            lambda: frozenset(m.id for m in self.scoped_memories(catalog, datasource)),
+        )
 
     def scoped_memories(self, catalog: Catalog, datasource: str | None) -> list[d.Memory]:
         """The memories a datasource filter keeps (a tag rooted at it), in storage order."""
@@ -300,13 +332,18 @@ class SearchIndexes:
     def scope_ids(self, catalog: Catalog, datasource: str) -> frozenset[str]:
         """Every searchable id in one datasource's filtered corpus (kept as one frozenset so the
         vector index caches its row positions)."""
-        return self._cached(("scope", datasource), lambda: frozenset(
-            cid for cid in catalog.searchable_ids() if datasource in scope.doc_scopes(catalog, cid)))
+        return self._cached(
+            ("scope", datasource),
+            lambda: frozenset(
+                cid for cid in catalog.searchable_ids() if datasource in scope.doc_scopes(catalog, cid)
+            ),
+        )
 
     def tag_corpus(self, catalog: Catalog, datasource: str | None) -> TagCorpus:
         def build() -> TagCorpus:
             mems = self.scoped_memories(catalog, datasource)
             return TagCorpus.build(mems, scope.tag_validity(catalog, datasource, {m.id for m in mems}))
+
         return self._cached(("tags", datasource), build)
 
     def _cached(self, key: tuple[str, str | None], build: Callable[[], _T]) -> _T:
@@ -330,8 +367,12 @@ def _is_text_key(key: Any) -> bool:
     return isinstance(key, tuple) and key[0] == "fulltext"
 
 
-def _derived(view: FullTextView, docs: Iterable[render.RenderedDoc], removals: list[str],
-             upserts: list[render.RenderedDoc]) -> FullTextView:
+def _derived(
+    view: FullTextView,
+    docs: Iterable[render.RenderedDoc],
+    removals: list[str],
+    upserts: list[render.RenderedDoc],
+) -> FullTextView:
     """The next view of the whole store's index: committed by its writer when ``view`` is that
     writer's last commit (always, for the refresh), else a fresh index over ``docs``."""
     if view.index.view() is view:

@@ -85,8 +85,14 @@ class Lexicon:
                 shapes[cid] = value_shapes
             if model_joins is not None:
                 joins[cid] = model_joins
-        return Lexicon(stems.finish(), moved(self.postings, by_stem), terms.finish(),
-                       moved(self.by_value, by_term), shapes.finish(), joins.finish())
+        return Lexicon(
+            stems.finish(),
+            moved(self.postings, by_stem),
+            terms.finish(),
+            moved(self.by_value, by_term),
+            shapes.finish(),
+            joins.finish(),
+        )
 
     # ------------------------------------------------------------------ lookups
 
@@ -158,4 +164,3 @@ def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
         terms = frozenset(sampled_values.value_terms(sampled))
         shapes = sampled_values.column_shapes(sampled, obj.type)
     return ent.canonical, stems, terms, shapes, None
-

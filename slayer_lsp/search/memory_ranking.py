@@ -109,16 +109,18 @@ def _shared_ranks(scored: Sequence[tuple[str, float]], tolerance: float) -> dict
         if key in ranks:
             continue
         same = lead_score is not None and (
-            score == lead_score or (math.isfinite(lead_score) and lead_score > 0
-                                    and score >= lead_score * (1.0 - tolerance)))
+            score == lead_score
+            or (math.isfinite(lead_score) and lead_score > 0 and score >= lead_score * (1.0 - tolerance))
+        )
         if not same:
             lead_score, lead_rank = score, pos
         ranks[key] = lead_rank
     return ranks
 
 
-def _literal_hits(index: MemoryPieceIndex, token: ExactToken, allowed: frozenset[str] | None,
-                  ok) -> dict[str, tuple[int, ...]]:  # noqa: ANN001
+def _literal_hits(
+    index: MemoryPieceIndex, token: ExactToken, allowed: frozenset[str] | None, ok
+) -> dict[str, tuple[int, ...]]:  # noqa: ANN001
     """Memories holding one exact token: in their pieces, as a tag (ids), or being it."""
     hits = dict(index.literal.lookup(token.text, allowed))
     if token.shape in ("canonical", "memory"):
@@ -128,8 +130,14 @@ def _literal_hits(index: MemoryPieceIndex, token: ExactToken, allowed: frozenset
     return hits
 
 
-def _token_channel(name: str, index: MemoryPieceIndex, tokens: Sequence[ExactToken],
-                   allowed: frozenset[str] | None, ok, found: dict[str, list[str]]) -> _Channel:  # noqa: ANN001
+def _token_channel(
+    name: str,
+    index: MemoryPieceIndex,
+    tokens: Sequence[ExactToken],
+    allowed: frozenset[str] | None,
+    ok,
+    found: dict[str, list[str]],
+) -> _Channel:  # noqa: ANN001
     counts: dict[str, int] = {}
     per_piece: dict[str, dict[int, int]] = {}
     for tok in tokens:
@@ -154,8 +162,7 @@ def _token_channel(name: str, index: MemoryPieceIndex, tokens: Sequence[ExactTok
     return ch
 
 
-def named_record_memories(catalog: Catalog, index: MemoryPieceIndex, named: Iterable[str],
-                          ok) -> set[str]:  # noqa: ANN001
+def named_record_memories(catalog: Catalog, index: MemoryPieceIndex, named: Iterable[str], ok) -> set[str]:  # noqa: ANN001
     """Memories that belong to a named record: named as ``memory:<id>``, or tagged with a named
     entity (the exact tag, as channel 1 counts tags)."""
     out: set[str] = set()
@@ -179,14 +186,25 @@ def _tag_corpus(catalog: Catalog, ok) -> TagCorpus:  # noqa: ANN001
         if is_memory_ref(tag):
             return ok(memory_id_of(tag))
         return tag in entities
+
     return TagCorpus.build(mems, valid)
 
 
-def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | None = None,
-                  named: Sequence[str] = (), allowed: Collection[str] | None = None,
-                  dense: Iterable[DensePiece] | None = None, keyword: str | None = None,
-                  related: int = 0, now: datetime | None = None, tag_corpus: TagCorpus | None = None,
-                  depth: int | None = None, channel_depth: int = CHANNEL_DEPTH) -> list[MemoryMatch]:
+def rank_memories(
+    catalog: Catalog,
+    index: MemoryPieceIndex,
+    *,
+    question: str | None = None,
+    named: Sequence[str] = (),
+    allowed: Collection[str] | None = None,
+    dense: Iterable[DensePiece] | None = None,
+    keyword: str | None = None,
+    related: int = 0,
+    now: datetime | None = None,
+    tag_corpus: TagCorpus | None = None,
+    depth: int | None = None,
+    channel_depth: int = CHANNEL_DEPTH,
+) -> list[MemoryMatch]:
     """Rank the memories of one search, one match per memory, best first (see the module doc).
 
     ``named``: the canonical inputs the caller named (entities and ``memory:<id>`` refs, resolved).
@@ -217,8 +235,11 @@ def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | 
     if question is not None:
         hits = index.rank(question, allow=allow, depth=channel_depth)
         text_scores = {h.memory_id: h.score for h in hits}
-        text = _Channel("text", _shared_ranks([(h.memory_id, h.score) for h in hits], TIE_TOLERANCE),
-                        {h.memory_id: h.piece_no for h in hits})
+        text = _Channel(
+            "text",
+            _shared_ranks([(h.memory_id, h.score) for h in hits], TIE_TOLERANCE),
+            {h.memory_id: h.piece_no for h in hits},
+        )
         channels.append(text)
         about = index.rank_about(question, allow=allow, depth=channel_depth)
         channels.append(_Channel("about", _shared_ranks(about, TIE_TOLERANCE)))
@@ -232,12 +253,20 @@ def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | 
             if ok(mid) and (mid not in best or cos > best[mid][0]):
                 best[mid] = (cos, int(no))
         ordered = sorted(best.items(), key=lambda kv: -kv[1][0])
-        channels.append(_Channel("dense", _shared_ranks([(m, c) for m, (c, _) in ordered], TIE_TOLERANCE),
-                                 {m: n for m, (_, n) in ordered if n >= 0}))  # n < 0: a whole-memory vector
+        channels.append(
+            _Channel(
+                "dense",
+                _shared_ranks([(m, c) for m, (c, _) in ordered], TIE_TOLERANCE),
+                {m: n for m, (_, n) in ordered if n >= 0},
+            )
+        )  # n < 0: a whole-memory vector
     if keyword and keyword.strip():
         term = keyword.strip()  # a keyword shaped like an id also matches tags, as an extracted one does
-        channels.append(_token_channel("keyword", index, [ExactToken(term, shape_of(term) or "keyword")], allow,
-                                       ok, found_tokens))
+        channels.append(
+            _token_channel(
+                "keyword", index, [ExactToken(term, shape_of(term) or "keyword")], allow, ok, found_tokens
+            )
+        )
 
     fused: dict[str, float] = {}
     for ch in channels:
@@ -248,8 +277,11 @@ def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | 
     leaders = named_record_memories(catalog, index, named, ok) if named else set()
     via: dict[str, str] = {}
     if related > 0:
-        seeds = sorted(leaders, key=lambda m: -fused.get(m, 0.0)) if leaders else \
-            sorted(fused, key=lambda m: -fused[m])[:LINK_SEEDS]
+        seeds = (
+            sorted(leaders, key=lambda m: -fused.get(m, 0.0))
+            if leaders
+            else sorted(fused, key=lambda m: -fused[m])[:LINK_SEEDS]
+        )
         link = _Channel("link")
         for reached in _hops(index, seeds, related, ok):
             rank = len(link.ranks) + 1  # one hop, one shared rank
@@ -273,11 +305,13 @@ def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | 
             order.insert(0, first)
             adjusted[first] = top
     if depth is not None:
-        order = order[:max(depth, 0)]
+        order = order[: max(depth, 0)]
 
     out: list[MemoryMatch] = []
     for mid in order:
-        contributing = [(WEIGHTS[ch.name] / (RRF_K + ch.ranks[mid]), ch) for ch in channels if mid in ch.ranks]
+        contributing = [
+            (WEIGHTS[ch.name] / (RRF_K + ch.ranks[mid]), ch) for ch in channels if mid in ch.ranks
+        ]
         piece_no = None
         for _, ch in sorted(contributing, key=lambda wc: -wc[0]):
             if mid in ch.pieces:
@@ -287,11 +321,19 @@ def rank_memories(catalog: Catalog, index: MemoryPieceIndex, *, question: str | 
             hit = index.best_piece(question, mid)  # a linked memory still shows only its best piece
             piece_no = hit.piece_no if hit is not None else None
         piece = index.piece(mid, piece_no) if piece_no is not None else None
-        out.append(MemoryMatch(
-            memory_id=mid, score=adjusted[mid], piece=piece, piece_no=piece_no if piece is not None else None,
-            via=via.get(mid), channels=tuple(ch.name for _, ch in contributing),
-            tokens=tuple(dict.fromkeys(found_tokens.get(mid, ()))), named=mid in leaders,
-            text_score=text_scores.get(mid, 0.0)))
+        out.append(
+            MemoryMatch(
+                memory_id=mid,
+                score=adjusted[mid],
+                piece=piece,
+                piece_no=piece_no if piece is not None else None,
+                via=via.get(mid),
+                channels=tuple(ch.name for _, ch in contributing),
+                tokens=tuple(dict.fromkeys(found_tokens.get(mid, ()))),
+                named=mid in leaders,
+                text_score=text_scores.get(mid, 0.0),
+            )
+        )
     return out
 
 

@@ -15,11 +15,13 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 # Question words that say nothing about which column is meant.
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a an and any are as at be been by did do does each for from give had has have how in is it its list
 many most much name names no not of on or per show than that the their there these this those to
 was were what when where which who whom whose with all find tell me please between more less least
-""".split())
+""".split()
+)
 
 _CAMEL_1 = re.compile(r"([a-z0-9])([A-Z])")
 _CAMEL_2 = re.compile(r"([A-Z]+)([A-Z][a-z])")
@@ -36,8 +38,12 @@ def _analyzer():  # -> tantivy.TextAnalyzer (one per thread: the analyzer is not
     if analyzer is None:
         import tantivy
 
-        analyzer = (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-                    .filter(tantivy.Filter.lowercase()).filter(tantivy.Filter.stemmer("english")).build())
+        analyzer = (
+            tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.stemmer("english"))
+            .build()
+        )
         _local.analyzer = analyzer
     return analyzer
 

@@ -35,14 +35,16 @@ log = logging.getLogger(__name__)
 # Function words dropped from pieces and questions alike. On one-sentence pieces BM25's length
 # normalisation makes a rare "how" or "who" outweigh the content words; comparatives, negations
 # and time words ("before", "more", "not", "first") are content in this domain and stay.
-STOPWORDS = tuple("""
+STOPWORDS = tuple(
+    """
 a an the and or but nor so yet if then than that this these those there here it its itself is are
 was were be been being am do does did doing done have has had having will would shall should can
 could may might must ought i me my mine myself we us our ours ourselves you your yours yourself
 yourselves he him his himself she her hers herself they them their theirs themselves what which
 who whom whose when where why how of to in on at by for with from into onto about as also just
 ever very too please tell show give let lets s t d ll re ve m
-""".split())
+""".split()
+)
 ANALYZER = "memory_pieces"
 
 
@@ -70,6 +72,8 @@ class _Entry:
 
 
 ABOUT_PIECE = 2**32  # the piece number of a memory's about document (never a real piece)
+
+
 def about_text(tags: Iterable[str]) -> str:
     """The words of a memory's entity tags (``memory:<id>`` links are not about anything)."""
     words: list[str] = []
@@ -92,12 +96,14 @@ def _schema() -> tantivy.Schema:
 def _analyzer() -> tantivy.TextAnalyzer:
     """tantivy's ``en_stem`` (simple tokens, long ones dropped, lower-cased, stemmed) with the
     function words removed before stemming."""
-    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-            .filter(tantivy.Filter.remove_long(40))
-            .filter(tantivy.Filter.lowercase())
-            .filter(tantivy.Filter.custom_stopword(list(STOPWORDS)))
-            .filter(tantivy.Filter.stemmer("english"))
-            .build())
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.custom_stopword(list(STOPWORDS)))
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
 
 
 def _query_text(question: str) -> str:
@@ -119,7 +125,6 @@ def _note_links(tags: Moves, links: Moves, mid: str, entry: _Entry, *, joins: bo
         note(tags, tag.casefold(), mid, joins=joins)
         if is_memory_ref(tag):
             note(links, memory_id_of(tag), mid, joins=joins)
-
 
 
 class _PieceWriter:
@@ -157,9 +162,15 @@ class MemoryPieceIndex:
     was (its searcher was taken after its own commit; its maps are persistent and shared with the
     next where unchanged), so a search on an older snapshot never sees a newer memory."""
 
-    def __init__(self, _writer: _PieceWriter | None = None, _entries: Map[str, _Entry] = _NO_ENTRIES,
-                 _tag_members: Map[str, frozenset[str]] = _NO_IDS, _linked_from: Map[str, frozenset[str]] = _NO_IDS,
-                 literal: LiteralIndex | None = None, deletions: int = 0) -> None:
+    def __init__(
+        self,
+        _writer: _PieceWriter | None = None,
+        _entries: Map[str, _Entry] = _NO_ENTRIES,
+        _tag_members: Map[str, frozenset[str]] = _NO_IDS,
+        _linked_from: Map[str, frozenset[str]] = _NO_IDS,
+        literal: LiteralIndex | None = None,
+        deletions: int = 0,
+    ) -> None:
         """An empty index, or (from ``_put``) one generation of a writer."""
         self._w = _writer if _writer is not None else _PieceWriter()
         if _writer is None:
@@ -211,7 +222,10 @@ class MemoryPieceIndex:
             return self
         w = self._w
         if w.head is not self:  # a newer generation was derived from this one: fork a writer of our own
-            log.info("memory pieces: deriving from an older generation; indexing %d memories anew", len(self._entries))
+            log.info(
+                "memory pieces: deriving from an older generation; indexing %d memories anew",
+                len(self._entries),
+            )
             base = MemoryPieceIndex()
             return base._put({**dict(self._entries), **updates})
         deletions = self.deletions
@@ -249,9 +263,14 @@ class MemoryPieceIndex:
                 literal_new.append((mid, entry.pieces))
         w.writer.commit()
         w.tantivy.reload()
-        nxt = MemoryPieceIndex(w, entries.finish(), moved(self._tag_members, tags),
-                               moved(self._linked_from, links),
-                               self.literal.replaced(literal_gone, literal_new), deletions)
+        nxt = MemoryPieceIndex(
+            w,
+            entries.finish(),
+            moved(self._tag_members, tags),
+            moved(self._linked_from, links),
+            self.literal.replaced(literal_gone, literal_new),
+            deletions,
+        )
         w.head = nxt
         return nxt
 
@@ -296,8 +315,9 @@ class MemoryPieceIndex:
             log.debug("piece query %r did not parse", text)
             return None
 
-    def rank(self, question: str | tantivy.Query | None, *, allow: Collection[str] | None = None,
-             depth: int = 1000) -> list[PieceHit]:
+    def rank(
+        self, question: str | tantivy.Query | None, *, allow: Collection[str] | None = None, depth: int = 1000
+    ) -> list[PieceHit]:
         """Memories whose pieces match ``question``, best first, each with its best piece (ties in
         tantivy's order), at most ``depth`` memories; ``allow`` restricts the ranking before it is
         scored (a memory outside it is never looked at)."""
@@ -322,8 +342,9 @@ class MemoryPieceIndex:
                 return list(best.values())[:depth]
             limit *= 4
 
-    def rank_about(self, question: str | None, *, allow: Collection[str] | None = None,
-                   depth: int = 1000) -> list[tuple[str, float]]:
+    def rank_about(
+        self, question: str | None, *, allow: Collection[str] | None = None, depth: int = 1000
+    ) -> list[tuple[str, float]]:
         """Memories whose tags' words match ``question`` (BM25 over the about documents), best
         first, restricted before ranking like ``rank``."""
         query = self.parse(question, "about") if question else None
@@ -335,8 +356,9 @@ class MemoryPieceIndex:
         keys = u64_values(searcher, "key", [addr for _, addr in hits])
         return [(self._names[k], float(score)) for (score, _), k in zip(hits, keys, strict=True)]
 
-    def _restricted(self, query: tantivy.Query | None, allow: Collection[str] | None,
-                    depth: int) -> tantivy.Query | None:
+    def _restricted(
+        self, query: tantivy.Query | None, allow: Collection[str] | None, depth: int
+    ) -> tantivy.Query | None:
         """``query`` limited to the allowed memories (a filter: scores stay the query's own), or
         None when nothing can match."""
         if query is None or depth <= 0 or (allow is not None and not allow):
@@ -345,7 +367,8 @@ class MemoryPieceIndex:
         if allow is not None:
             key = allow if isinstance(allow, frozenset) else None
             cached: tantivy.Query | Literal[False] | None = (  # False: not cached
-                self._restrictions.get(key, False) if key is not None else False)
+                self._restrictions.get(key, False) if key is not None else False
+            )
             if cached is False:
                 ids = [m for m in allow if m in self._entries]
                 if not ids:

@@ -56,14 +56,17 @@ def _validate(params: SearchParams, catalog: Catalog) -> tuple[int, str | None, 
         extra = [f for f in ("keyword", "facet") if getattr(params, f) is not None]
         extra += ["related"] if params.related else []
         if extra:
-            raise SearchError(f"{', '.join(extra)} need ranking 'hybrid'; ranking 'slayer' is SLayer's surface.")
+            raise SearchError(
+                f"{', '.join(extra)} need ranking 'hybrid'; ranking 'slayer' is SLayer's surface."
+            )
     if params.related < 0:
         raise SearchError(f"related must be >= 0; got {params.related}.")
     return max_results, ds, warnings
 
 
-def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams,
-           cancel: threading.Event | None = None) -> SearchResponse:
+def search(
+    catalog: Catalog, indexes: SearchIndexes, params: SearchParams, cancel: threading.Event | None = None
+) -> SearchResponse:
     """Answer one search: the shared steps, then the chosen ranking, then the narrowing by score.
     ``cancel``, once set, stops a running cypher_filter (the request was cancelled)."""
     max_results, ds, warnings = _validate(params, catalog)
@@ -84,8 +87,11 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams,
         warnings.append("cypher_filter returned no matching nodes; search returned no results.")
         return SearchResponse(results=[], resolved_input_entities=inputs, warnings=_dedup(warnings))
     if kind_filter is not None and "memory" not in kind_filter:
-        warnings.extend(f"{c} excluded by cypher_filter kind filter (allowed kinds: {sorted(kind_filter)!r})."
-                        for c in inputs if is_memory_ref(c))
+        warnings.extend(
+            f"{c} excluded by cypher_filter kind filter (allowed kinds: {sorted(kind_filter)!r})."
+            for c in inputs
+            if is_memory_ref(c)
+        )
 
     keyword = params.ranking == "hybrid" and bool(params.keyword and params.keyword.strip())
     if not channel1 and not has_question and not keyword:
@@ -94,17 +100,34 @@ def search(catalog: Catalog, indexes: SearchIndexes, params: SearchParams,
     scoped = indexes.scoped_memories(catalog, ds)
     scoped_ids: frozenset[str] | set[str] = indexes.scoped_memory_ids(catalog, ds)
     if ds is not None:
-        warnings.extend(f"{c} is not rooted at datasource {ds!r}; dropped." for c in inputs
-                        if is_memory_ref(c) and memory_id_of(c) not in scoped_ids)
+        warnings.extend(
+            f"{c} is not rooted at datasource {ds!r}; dropped."
+            for c in inputs
+            if is_memory_ref(c) and memory_id_of(c) not in scoped_ids
+        )
     if candidate_ids is not None:
         scoped = [m for m in scoped if memory_ref(m.id) in candidate_ids]
         scoped_ids = {m.id for m in scoped}
-        warnings.extend(f"{c!r} excluded by cypher_filter." for c in inputs
-                        if is_memory_ref(c) and c not in candidate_ids)
+        warnings.extend(
+            f"{c!r} excluded by cypher_filter." for c in inputs if is_memory_ref(c) and c not in candidate_ids
+        )
     valid = tag_validity(catalog, ds, scoped_ids)
-    req = Request(params, max_results, ds, question, inputs, warnings, candidate_ids, kind_filter,
-                  scoped, scoped_ids, valid)
-    results = rrf.rank(catalog, indexes, req) if params.ranking == "slayer" else hybrid.rank(catalog, indexes, req)
+    req = Request(
+        params,
+        max_results,
+        ds,
+        question,
+        inputs,
+        warnings,
+        candidate_ids,
+        kind_filter,
+        scoped,
+        scoped_ids,
+        valid,
+    )
+    results = (
+        rrf.rank(catalog, indexes, req) if params.ranking == "slayer" else hybrid.rank(catalog, indexes, req)
+    )
     if params.min_score is not None:
         results = [h for h in results if h.score >= params.min_score]
     _warn_stale_queries(catalog, req, results)
@@ -127,8 +150,13 @@ def _warn_stale_queries(catalog: Catalog, req: Request, results: list[SearchHit]
                 req.warnings.append(w)
 
 
-def _apply_cypher(catalog: Catalog, indexes: SearchIndexes, cypher: str | None, warnings: list[str],
-                  cancel: threading.Event | None = None) -> tuple[frozenset[str] | None, set[str] | None]:
+def _apply_cypher(
+    catalog: Catalog,
+    indexes: SearchIndexes,
+    cypher: str | None,
+    warnings: list[str],
+    cancel: threading.Event | None = None,
+) -> tuple[frozenset[str] | None, set[str] | None]:
     """Run the cypher filter: an id allowlist from the graph, or (graph unavailable) a kind filter
     from the naive label form."""
     if cypher is None:
@@ -151,8 +179,10 @@ def _apply_cypher(catalog: Catalog, indexes: SearchIndexes, cypher: str | None, 
                 raise SearchError(f"cypher_filter rejected: {exc}") from exc
     kinds = parse_label_filter(cypher)
     if kinds is None:
-        raise SearchError("cypher_filter is too complex for the label-only fallback "
-                          "(MATCH (v:Label[:Label]) RETURN v.id AS id); the graph is unavailable.")
+        raise SearchError(
+            "cypher_filter is too complex for the label-only fallback "
+            "(MATCH (v:Label[:Label]) RETURN v.id AS id); the graph is unavailable."
+        )
     return None, set(kinds)
 
 
@@ -178,9 +208,15 @@ def _resolve_inputs(catalog: Catalog, params: SearchParams) -> tuple[list[str], 
     return _dedup(canonical), _dedup(warnings)
 
 
-def _recency(catalog: Catalog, ds: str | None, candidate_ids: frozenset[str] | None,
-             kind_filter: set[str] | None, max_results: int, warnings: list[str],
-             compact: bool) -> SearchResponse:
+def _recency(
+    catalog: Catalog,
+    ds: str | None,
+    candidate_ids: frozenset[str] | None,
+    kind_filter: set[str] | None,
+    max_results: int,
+    warnings: list[str],
+    compact: bool,
+) -> SearchResponse:
     """No entities, query or question: the newest memories, scoped like a search."""
     warnings.append("no entities, query, or question supplied; returning newest memories by recency.")
     mems = scoped_memories(catalog, ds)
@@ -190,8 +226,9 @@ def _recency(catalog: Catalog, ds: str | None, candidate_ids: frozenset[str] | N
     if kind_filter is not None and "memory" not in kind_filter:
         mems = []
     if had_any and not mems and (candidate_ids is not None or kind_filter is not None):
-        warnings.append("cypher_filter excluded all memory candidates for the empty-input recency "
-                        "fallback; no results.")
+        warnings.append(
+            "cypher_filter excluded all memory candidates for the empty-input recency fallback; no results."
+        )
     mems.sort(key=lambda m: m.created_at, reverse=True)
     valid = tag_validity(catalog, ds, {m.id for m in mems})
     hits = [memory_hit(m, 0.0, [], valid, compact) for m in mems[:max_results]]

@@ -24,22 +24,28 @@ RRF_K = 60
 TEXT_DEPTH = 5000  # per channel and kind; deeper ranks add < 1/5060 to a fused score
 DENSE_DEPTH = 1000  # per kind: cosine ranks past this add < 1/1060
 
-Ranking = tuple[list[str], Any]  # (ids best first, None when complete, else a probe: ids -> those it would hold)
+Ranking = tuple[
+    list[str], Any
+]  # (ids best first, None when complete, else a probe: ids -> those it would hold)
 
 
 def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchHit]:
     """SLayer 1.4.1's ranking: channels per kind fused with RRF (k = 60), the cut exact."""
     ds, question, inputs, warnings = req.datasource, req.question, req.inputs, req.warnings
     candidate_ids, kind_filter, valid = req.candidate_ids, req.kind_filter, req.valid
-    scoped, scoped_ids, has_question, max_results = req.scoped, req.scoped_ids, req.has_question, req.max_results
+    scoped, scoped_ids, has_question, max_results = (
+        req.scoped,
+        req.scoped_ids,
+        req.has_question,
+        req.max_results,
+    )
     named, named_warnings = named_ranking(catalog, inputs, ds, candidate_ids)
     warnings.extend(named_warnings)
 
     memory_rankings: list[list[str]] = []
     entity_rankings: list[list[str]] = [named]
     if inputs:  # channel 1: tags
-        corpus = (indexes.tag_corpus(catalog, ds) if candidate_ids is None
-                  else TagCorpus.build(scoped, valid))
+        corpus = indexes.tag_corpus(catalog, ds) if candidate_ids is None else TagCorpus.build(scoped, valid)
         ranked = [mid for mid, _ in corpus.rank(inputs)]
         named_mems = [memory_id_of(c) for c in inputs if is_memory_ref(c) and memory_id_of(c) in scoped_ids]
         lead = [m for m in named_mems if m in ranked]  # a named memory leads its own ranking
@@ -65,14 +71,18 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
         ents: list[Ranking] = [(r, None) for r in entity_rankings]
         if has_question:
             mems.append(_text_ranking(index, query, memories=True, allow=mem_allow, exact=exact, depth=depth))
-            ents.append(_text_ranking(index, query, memories=False, allow=ent_allow, exact=exact, depth=depth))
+            ents.append(
+                _text_ranking(index, query, memories=False, allow=ent_allow, exact=exact, depth=depth)
+            )
             if indexes.dense is not None:
                 mems.append(([memory_ref(m) for m in dense_memories], None))
                 ents.append((dense_entities, None))
         return [r for r in mems + ents if r[0]]
 
     def build(key: str, score: float) -> SearchHit | None:
-        return search_hit(catalog, indexes, key, score, inputs, valid, candidate_ids, kind_filter, req.params.compact)
+        return search_hit(
+            catalog, indexes, key, score, inputs, valid, candidate_ids, kind_filter, req.params.compact
+        )
 
     depth = initial_depth(max_results)
     results = _fused_hits(rankings(depth), depth, build, max_results)
@@ -82,7 +92,9 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     return results
 
 
-def _entity_allow(candidate_ids: frozenset[str] | None, kind_filter: set[str] | None) -> frozenset[str] | None:
+def _entity_allow(
+    candidate_ids: frozenset[str] | None, kind_filter: set[str] | None
+) -> frozenset[str] | None:
     if candidate_ids is None:
         return None
     return frozenset(c for c in candidate_ids if not is_memory_ref(c))
@@ -91,8 +103,10 @@ def _entity_allow(candidate_ids: frozenset[str] | None, kind_filter: set[str] | 
 def _dense_rankings(hits: Any) -> tuple[list[str], list[str]]:
     """Channel 3's memory ranking and entity ranking (all entity kinds by cosine)."""
     memories = [memory_id_of(c) for c in hits.ids("memory")]
-    entities = sorted(((score, cid) for kind, ranked in hits.by_kind.items() if kind != "memory"
-                       for cid, score in ranked), key=lambda sc: -sc[0])
+    entities = sorted(
+        ((score, cid) for kind, ranked in hits.by_kind.items() if kind != "memory" for cid, score in ranked),
+        key=lambda sc: -sc[0],
+    )
     return memories, [cid for _, cid in entities]
 
 
@@ -115,8 +129,15 @@ def initial_depth(max_results: int) -> int:
     return max(100, 5 * max_results)
 
 
-def _text_ranking(index: FullTextView, query, *, memories: bool, allow, exact: list[str],  # noqa: ANN001
-                  depth: int) -> Ranking:
+def _text_ranking(
+    index: FullTextView,
+    query,
+    *,
+    memories: bool,
+    allow,
+    exact: list[str],  # noqa: ANN001
+    depth: int,
+) -> Ranking:
     """One full-text ranking (best first; tantivy breaks score ties by insertion order, as SLayer's
     fresh index does) fetched ``depth`` deep. When deeper hits were left out, the second element
     tells which of some ids the whole ranking would hold."""
@@ -132,8 +153,12 @@ def _text_ranking(index: FullTextView, query, *, memories: bool, allow, exact: l
     return ranked, lambda ids: index.matching(query, ids, memories=memories) & (allow or ids)
 
 
-def _fused_hits(rankings: list[Ranking], depth: int, build, max_results: int  # noqa: ANN001
-                ) -> list[SearchHit] | None:
+def _fused_hits(
+    rankings: list[Ranking],
+    depth: int,
+    build,
+    max_results: int,  # noqa: ANN001
+) -> list[SearchHit] | None:
     """Fuse and cut to ``max_results``; None when rankings fetched only ``depth`` deep could still
     change the answer, in which case the caller fetches everything. A document missing from a
     truncated ranking gains at most 1/(k+depth+1) from it, and nothing when the ranking cannot hold
@@ -159,7 +184,9 @@ def _fused_hits(rankings: list[Ranking], depth: int, build, max_results: int  # 
     last = fused[picked[-1]][1]
     if last <= gap * widest:  # a document no fetched ranking holds could still overtake
         return None
-    close = [fused[p] for p in picked] + [kv for kv in fused[picked[-1] + 1:] if kv[1] + gap * widest >= last]
+    close = [fused[p] for p in picked] + [
+        kv for kv in fused[picked[-1] + 1 :] if kv[1] + gap * widest >= last
+    ]
     held: dict[int, set[str]] = {}  # per truncated ranking: which close documents it would hold
     for n, (mem, seen, probe) in enumerate(partial):
         want = {k for k, _ in close if is_memory_ref(k) is mem and k not in seen}
@@ -172,4 +199,4 @@ def _fused_hits(rankings: list[Ranking], depth: int, build, max_results: int  # 
         (_, sa), (kb, sb) = fused[a], fused[b]
         if slack(kb) and sa <= sb + slack(kb):
             return None
-    return results if all(s + slack(k) < last for k, s in close[len(picked):]) else None
+    return results if all(s + slack(k) < last for k, s in close[len(picked) :]) else None

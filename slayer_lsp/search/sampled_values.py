@@ -41,14 +41,18 @@ def value_terms(values: Iterable[object]) -> set[str]:
 
 def question_ngrams(question: str, max_n: int = MAX_NGRAM) -> set[str]:
     words = normalise(question).split()
-    return {" ".join(words[i:i + n]) for n in range(1, max_n + 1) for i in range(len(words) - n + 1)}
+    return {" ".join(words[i : i + n]) for n in range(1, max_n + 1) for i in range(len(words) - n + 1)}
 
 
 def column_shapes(values: list[str], type_name: str | None) -> frozenset[str]:
     """What a column's values look like: "date" (dates, datetimes, years), "proper" (names)."""
     shapes = set()
     t = (type_name or "").upper()
-    if "DATE" in t or "TIME" in t or (values and sum(bool(_DATE_VALUE.match(v)) for v in values) >= 0.6 * len(values)):
+    if (
+        "DATE" in t
+        or "TIME" in t
+        or (values and sum(bool(_DATE_VALUE.match(v)) for v in values) >= 0.6 * len(values))
+    ):
         shapes.add("date")
     if values and sum(bool(_PROPER_VALUE.match(v)) for v in values) >= 0.5 * len(values):
         shapes.add("proper")

@@ -32,7 +32,9 @@ def scoped_memories(catalog: Catalog, datasource: str | None) -> list[d.Memory]:
     return [m for m in mems if any(rooted_at(t, datasource) for t in m.entities)]
 
 
-def tag_validity(catalog: Catalog, datasource: str | None, memory_ids: Collection[str]) -> Callable[[str], bool]:
+def tag_validity(
+    catalog: Catalog, datasource: str | None, memory_ids: Collection[str]
+) -> Callable[[str], bool]:
     """Which tags count in a scope: existing entities (hidden included) rooted at the datasource,
     and refs to memories that are themselves in scope."""
     entities = catalog.entities
@@ -41,4 +43,5 @@ def tag_validity(catalog: Catalog, datasource: str | None, memory_ids: Collectio
         if is_memory_ref(tag):
             return memory_id_of(tag) in memory_ids
         return tag in entities and (datasource is None or rooted_at(tag, datasource))
+
     return valid

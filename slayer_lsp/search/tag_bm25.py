@@ -41,8 +41,12 @@ class TagCorpus:
             for t in tags:
                 postings.setdefault(t, []).append(mem.id)
         n = len(doc_len)
-        return cls(tuple(m.id for m in memories), doc_len,
-                   {t: tuple(ids) for t, ids in postings.items()}, (total / n) if n else 0.0)
+        return cls(
+            tuple(m.id for m in memories),
+            doc_len,
+            {t: tuple(ids) for t, ids in postings.items()},
+            (total / n) if n else 0.0,
+        )
 
     def rank(self, query_tags: Sequence[str]) -> list[tuple[str, float]]:
         """Memories sharing at least one tag with the query, best first (ties in storage order)."""

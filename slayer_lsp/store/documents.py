@@ -21,11 +21,23 @@ MAX_LEARNING_CHARS = 262_144
 KNOWN_VERSIONS = {"SlayerModel": 15, "DatasourceConfig": 2, "Memory": 4, "SlayerQuery": 6}
 
 _LEGACY_TYPES = {
-    "string": "TEXT", "text": "TEXT", "str": "TEXT", "varchar": "TEXT",
-    "number": "DOUBLE", "double": "DOUBLE", "float": "DOUBLE", "decimal": "DOUBLE",
-    "int": "INT", "integer": "INT", "bigint": "INT",
-    "bool": "BOOLEAN", "boolean": "BOOLEAN",
-    "date": "DATE", "time": "TIMESTAMP", "timestamp": "TIMESTAMP", "datetime": "TIMESTAMP",
+    "string": "TEXT",
+    "text": "TEXT",
+    "str": "TEXT",
+    "varchar": "TEXT",
+    "number": "DOUBLE",
+    "double": "DOUBLE",
+    "float": "DOUBLE",
+    "decimal": "DOUBLE",
+    "int": "INT",
+    "integer": "INT",
+    "bigint": "INT",
+    "bool": "BOOLEAN",
+    "boolean": "BOOLEAN",
+    "date": "DATE",
+    "time": "TIMESTAMP",
+    "timestamp": "TIMESTAMP",
+    "datetime": "TIMESTAMP",
     "unknown": "UNKNOWN",
 }
 

@@ -87,7 +87,9 @@ class _Bounds:
     def __init__(self) -> None:
         self.weight = 0  # nodes so far, aliases expanded (a scalar: one per ALIAS_SCALAR_CHARS characters)
         self.aliased = 0  # of which aliases added
-        self.open: list[list[Any]] = []  # per open container: [anchor, weight at its start, deepest depth inside]
+        self.open: list[
+            list[Any]
+        ] = []  # per open container: [anchor, weight at its start, deepest depth inside]
         self.sizes: dict[str, tuple[int, int]] = {}  # closed anchor -> (weight, height)
 
     def see(self, ev: Any) -> None:
@@ -124,8 +126,9 @@ class _Bounds:
                 raise LimitError(f"YAML aliases expand to more than {MAX_ALIAS_NODES} nodes{_at(ev)}")
             deepest = len(self.open) + height
             if deepest > MAX_NESTING:
-                raise LimitError(f"YAML nested deeper than {MAX_NESTING} levels once aliases are "
-                                 f"expanded{_at(ev)}")
+                raise LimitError(
+                    f"YAML nested deeper than {MAX_NESTING} levels once aliases are expanded{_at(ev)}"
+                )
             if self.open:
                 self.open[-1][2] = max(self.open[-1][2], deepest)
 

@@ -68,7 +68,7 @@ def temp_prefix(directory: Path, basename: str) -> str:
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def atomic_write(path: Path, data: bytes) -> None:

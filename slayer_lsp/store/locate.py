@@ -36,9 +36,9 @@ def locate(storage: str | os.PathLike[str] | None = None) -> StoreLocation:
     raw = os.fspath(storage) if storage is not None else default_storage()
     # absolute, so that file URIs (definitions, inspect locations) and cache keys never depend on the cwd
     if raw.startswith("sqlite://"):
-        return StoreLocation("sqlite", Path(raw[len("sqlite://"):]).expanduser().absolute())
+        return StoreLocation("sqlite", Path(raw[len("sqlite://") :]).expanduser().absolute())
     if raw.startswith("yaml://"):
-        return StoreLocation("yaml", Path(raw[len("yaml://"):]).expanduser().absolute())
+        return StoreLocation("yaml", Path(raw[len("yaml://") :]).expanduser().absolute())
     path = Path(raw).expanduser().absolute()
     if path.suffix.lower() in SQLITE_SUFFIXES:
         return StoreLocation("sqlite", path)

@@ -41,7 +41,12 @@ def change_counter(db: Path | str) -> int | None:
         size = os.fstat(fd).st_size
     except OSError:
         return None
-    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00") or header[18] == 2 or header[19] == 2:
+    if (
+        len(header) < 100
+        or not header.startswith(b"SQLite format 3\x00")
+        or header[18] == 2
+        or header[19] == 2
+    ):
         return None
     counter = int.from_bytes(header[24:28], "big")
     page_size = int.from_bytes(header[16:18], "big")

@@ -112,16 +112,21 @@ def _finish_model(model: d.Model, source: Source) -> tuple[d.Model, tuple[LoadIs
     columns: list[d.Column] = []
     for col in model.columns:
         if col.name in seen:
-            issues.append(LoadIssue(source, f"model '{model.name}' has duplicate column '{col.name}'; "
-                                            "the first definition is used"))
+            issues.append(
+                LoadIssue(
+                    source,
+                    f"model '{model.name}' has duplicate column '{col.name}'; the first definition is used",
+                )
+            )
             continue
         seen.add(col.name)
         norm = d.normalise_type(col.type)
         columns.append(col if norm == col.type else msgspec.structs.replace(col, type=norm))
     for m in model.measures:
         if m.name and m.name in seen:
-            issues.append(LoadIssue(source, f"model '{model.name}': measure '{m.name}' has the name of "
-                                            "a column"))
+            issues.append(
+                LoadIssue(source, f"model '{model.name}': measure '{m.name}' has the name of a column")
+            )
     if columns != model.columns:
         model = msgspec.structs.replace(model, columns=columns)
     return model, tuple(issues)
@@ -144,7 +149,7 @@ def split_front_matter(text: str) -> tuple[dict[str, Any] | None, str]:
             return (front if isinstance(front, dict) else {}), ""
         return None, text
     front = _load_yaml(text[4:end])
-    return (front if isinstance(front, dict) else {}), text[end + 5:]
+    return (front if isinstance(front, dict) else {}), text[end + 5 :]
 
 
 # --------------------------------------------------------------------------- YAML backend
@@ -168,7 +173,9 @@ class YamlReader:
         self.root = location.path
         # path -> (stat key, doc or None, issues)
         self._cache: dict[str, tuple[_StatKey, StoredDoc | None, tuple[LoadIssue, ...]]] = {}
-        self._retained: set[str] = set()  # paths whose cached doc is the last good one of a file that now fails
+        self._retained: set[str] = (
+            set()
+        )  # paths whose cached doc is the last good one of a file that now fails
         self._listed: dict[str, Any] | None = None  # the last listing: path -> parser
         self._listing_issues: list[LoadIssue] = []  # directories the last listing refused (links, ...)
 
@@ -178,8 +185,11 @@ class YamlReader:
         one parse instead of a stat per file."""
         out = StoreRead(self.location)
         if not self.root.is_dir():
-            out.fatal = f"store directory {self.root} does not exist" if not self.root.exists() \
+            out.fatal = (
+                f"store directory {self.root} does not exist"
+                if not self.root.exists()
                 else f"{self.root} is not a directory"
+            )
             self._listed = None
             return out
         recheck: set[str] | None = None
@@ -198,8 +208,11 @@ class YamlReader:
                     listed[path] = parse
                 else:
                     listed.pop(path, None)
-            entries = (sorted(listed.items(), key=lambda kv: self._order_key(kv[0])) if reorder
-                       else list(listed.items()))
+            entries = (
+                sorted(listed.items(), key=lambda kv: self._order_key(kv[0]))
+                if reorder
+                else list(listed.items())
+            )
         else:
             entries = list(self._listing())
             self._parse_in_parallel([path for path, _ in entries if path not in self._cache])
@@ -217,8 +230,13 @@ class YamlReader:
                 continue
             prev = out.docs.get(doc.key)
             if prev is not None:
-                out.issues.append(LoadIssue(doc.source, f"{doc.key.kind} '{doc.key.name}' is also defined in "
-                                                        f"{prev.source}; the first is used"))
+                out.issues.append(
+                    LoadIssue(
+                        doc.source,
+                        f"{doc.key.kind} '{doc.key.name}' is also defined in "
+                        f"{prev.source}; the first is used",
+                    )
+                )
                 continue
             out.docs[doc.key] = doc
         for stale in set(self._cache) - live:
@@ -239,7 +257,12 @@ class YamlReader:
             return self._parse_priority
         if len(rel) == 2 and rel[0] == "datasources" and p.suffix in (".yaml", ".yml"):
             return self._parse_datasource
-        if len(rel) == 3 and rel[0] == "models" and not rel[1].startswith(".") and p.suffix in (".yaml", ".yml"):
+        if (
+            len(rel) == 3
+            and rel[0] == "models"
+            and not rel[1].startswith(".")
+            and p.suffix in (".yaml", ".yml")
+        ):
             return self._parse_model
         if len(rel) == 2 and rel[0] == "memories" and p.suffix == ".md":
             return self._parse_memory
@@ -247,7 +270,7 @@ class YamlReader:
 
     def _order_key(self, path: str) -> tuple:
         """The full listing's order: datasources, models by directory then name, memories, priority."""
-        rel = path[len(str(self.root)) + 1:].split(os.sep)
+        rel = path[len(str(self.root)) + 1 :].split(os.sep)
         rank = {"datasources": 0, "models": 1, "memories": 2}.get(rel[0], 3)
         return (rank, *rel[1:])
 
@@ -270,8 +293,11 @@ class YamlReader:
         procs: list[subprocess.Popen[bytes]] = []
         try:
             for k in range(workers):
-                proc = subprocess.Popen([sys.executable, "-m", "slayer_lsp.store.parse_worker"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "slayer_lsp.store.parse_worker"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                )
                 procs.append(proc)
                 assert proc.stdin is not None
                 proc.stdin.write(msgspec.msgpack.encode((str(self.root), paths[k::workers])))
@@ -298,19 +324,28 @@ class YamlReader:
             if doc is None or path in self._retained or not key:  # no stat key: a failed load, retained
                 continue
             v = doc.value
-            out.append(CachedDoc(
-                path, key, doc.key.kind, doc.key.name, doc.digest,
-                model=v if isinstance(v, d.Model) else None,
-                datasource=v if isinstance(v, d.Datasource) else None,
-                memory=v if isinstance(v, d.Memory) else None,
-                priority=list(v) if isinstance(v, tuple) else None,
-                issues=[(i.message, i.severity) for i in doc.issues]))
+            out.append(
+                CachedDoc(
+                    path,
+                    key,
+                    doc.key.kind,
+                    doc.key.name,
+                    doc.digest,
+                    model=v if isinstance(v, d.Model) else None,
+                    datasource=v if isinstance(v, d.Datasource) else None,
+                    memory=v if isinstance(v, d.Memory) else None,
+                    priority=list(v) if isinstance(v, tuple) else None,
+                    issues=[(i.message, i.severity) for i in doc.issues],
+                )
+            )
         return out
 
     def import_parsed(self, entries: list[Any]) -> None:
         """Seed the stat-key cache; a file whose stat key still matches is not parsed again."""
         for e in entries:
-            value = e.model or e.datasource or e.memory or (tuple(e.priority) if e.priority is not None else None)
+            value = (
+                e.model or e.datasource or e.memory or (tuple(e.priority) if e.priority is not None else None)
+            )
             if value is None:
                 continue
             source = Source(e.path)
@@ -324,10 +359,14 @@ class YamlReader:
         links are refused here (their content is never listed)."""
         root = self.root
         issues: list[LoadIssue] = []
-        yield from ((p, self._parse_datasource) for p in _files(root / "datasources", (".yaml", ".yml"), issues))
+        yield from (
+            (p, self._parse_datasource) for p in _files(root / "datasources", (".yaml", ".yml"), issues)
+        )
         for ds_dir in _dirs(root / "models", issues):
             yield from ((p, self._parse_model) for p in _files(Path(ds_dir), (".yaml", ".yml"), issues))
-        yield from ((p, self._parse_memory) for p in _files(root / "memories", (".md",), issues, dotfiles=True))
+        yield from (
+            (p, self._parse_memory) for p in _files(root / "memories", (".md",), issues, dotfiles=True)
+        )
         prio = root / "priority.yaml"
         if os.path.lexists(prio):
             yield str(prio), self._parse_priority
@@ -373,15 +412,17 @@ class YamlReader:
             return doc, doc.issues
         return self._failed(path, cached, key, (problem,))
 
-    def _failed(self, path: str, cached: Any, key: _StatKey,
-                issues: tuple[LoadIssue, ...]) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
+    def _failed(
+        self, path: str, cached: Any, key: _StatKey, issues: tuple[LoadIssue, ...]
+    ) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
         """A file that does not load now. If it loaded before, its last good document stays (the
         issues say so); the entry is keyed by the failing file's stat (``()`` when it has none), so
         the next change of the file is read again."""
         last_good = cached[1] if cached is not None else None
         if last_good is not None:
-            issues = tuple(LoadIssue(i.source, f"{i.message}; serving its last good version", i.severity)
-                           for i in issues)
+            issues = tuple(
+                LoadIssue(i.source, f"{i.message}; serving its last good version", i.severity) for i in issues
+            )
             self._retained.add(path)
         self._cache[path] = (key, last_good, issues)
         return last_good, issues
@@ -408,11 +449,21 @@ class YamlReader:
         data.setdefault("data_source", p.parent.name)
         model, issues = decode_model(data, source, strict=False)
         if model.data_source != p.parent.name or model.name != p.stem:
-            issues += (LoadIssue(source, f"file defines model '{model.data_source}.{model.name}', not "
-                                         f"'{p.parent.name}.{p.stem}' as its path says"),)
+            issues += (
+                LoadIssue(
+                    source,
+                    f"file defines model '{model.data_source}.{model.name}', not "
+                    f"'{p.parent.name}.{p.stem}' as its path says",
+                ),
+            )
         if p.suffix == ".yml":
-            issues += (LoadIssue(source, "SLayer lists '.yml' model files but only opens '.yaml'; rename "
-                                         "it so SLayer can load this model"),)
+            issues += (
+                LoadIssue(
+                    source,
+                    "SLayer lists '.yml' model files but only opens '.yaml'; rename "
+                    "it so SLayer can load this model",
+                ),
+            )
         key = DocKey("model", f"{model.data_source}.{model.name}")
         return StoredDoc(key, model, source, self._digest(text), issues)
 
@@ -468,8 +519,11 @@ def _bounded_learning(body: str, source: Source) -> tuple[str, tuple[LoadIssue, 
     the indexes stays bounded, and the stored document is left as it is."""
     if len(body) <= MAX_LEARNING_CHARS:
         return body, ()
-    return body[:MAX_LEARNING_CHARS], (LoadIssue(
-        source, f"learning is {len(body)} characters long; only the first {MAX_LEARNING_CHARS} are kept"),)
+    return body[:MAX_LEARNING_CHARS], (
+        LoadIssue(
+            source, f"learning is {len(body)} characters long; only the first {MAX_LEARNING_CHARS} are kept"
+        ),
+    )
 
 
 def _entries(directory: Path, issues: list[LoadIssue]) -> list[os.DirEntry[str]]:
@@ -489,13 +543,19 @@ def _entries(directory: Path, issues: list[LoadIssue]) -> list[os.DirEntry[str]]
         return []
 
 
-def _files(directory: Path, suffixes: tuple[str, ...], issues: list[LoadIssue], dotfiles: bool = False) -> list[str]:
+def _files(
+    directory: Path, suffixes: tuple[str, ...], issues: list[LoadIssue], dotfiles: bool = False
+) -> list[str]:
     """Entries with these suffixes that are not directories, sorted; dotfiles (SLayer's temp files)
     are skipped unless asked for (its temp names never end in a document suffix:
     ``.<name>.tmp.<random>``)."""
-    return [e.path for e in _entries(directory, issues)
-            if (dotfiles or not e.name.startswith(".")) and e.name.endswith(suffixes)
-            and not e.is_dir(follow_symlinks=False)]
+    return [
+        e.path
+        for e in _entries(directory, issues)
+        if (dotfiles or not e.name.startswith("."))
+        and e.name.endswith(suffixes)
+        and not e.is_dir(follow_symlinks=False)
+    ]
 
 
 def _dirs(directory: Path, issues: list[LoadIssue]) -> list[str]:
@@ -579,7 +639,9 @@ class SqliteReader:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             missing = {"models", "datasources", "memories"} - tables
             if missing:
-                raise sqlite3.DatabaseError(f"not a SLayer store (missing tables: {', '.join(sorted(missing))})")
+                raise sqlite3.DatabaseError(
+                    f"not a SLayer store (missing tables: {', '.join(sorted(missing))})"
+                )
             rows: list[_Row] = []
             rows += _rows(conn, "datasources", ("name",), "data")
             rows += _rows(conn, "models", ("data_source", "name"), "data")
@@ -592,8 +654,9 @@ class SqliteReader:
         finally:
             conn.close()
 
-    def _load(self, table: str, row_key: str, bad_key: str | None, kind: str, size: int,
-              text: str | None) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
+    def _load(
+        self, table: str, row_key: str, bad_key: str | None, kind: str, size: int, text: str | None
+    ) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
         """One row on its own: whatever it holds, it is a document or a load issue naming the row."""
         if bad_key is None and kind == "text" and text is not None:
             cached = self._cache.get((table, row_key))
@@ -603,7 +666,9 @@ class SqliteReader:
         if bad_key is not None:
             return None, (LoadIssue(source, f"row has {bad_key}; not loaded", "error"),)
         if kind != "text":
-            return None, (LoadIssue(source, f"{_DATA[table]} is {_SQL_KIND.get(kind, kind)}, not JSON text", "error"),)
+            return None, (
+                LoadIssue(source, f"{_DATA[table]} is {_SQL_KIND.get(kind, kind)}, not JSON text", "error"),
+            )
         if text is None:
             return None, (LoadIssue(source, safefs.too_large(size, MAX_DOCUMENT_BYTES), "error"),)
         cached = self._cache.get((table, row_key))
@@ -625,11 +690,18 @@ class SqliteReader:
     def _parse(table: str, row_key: str, text: str, source: Source, digest: str) -> StoredDoc:
         if table == "datasources":
             ds = msgspec.json.decode(text, type=d.Datasource, strict=False)
-            return StoredDoc(DocKey("datasource", ds.name), ds, source, digest,
-                             _version_issue(source, "DatasourceConfig", ds.version))
+            return StoredDoc(
+                DocKey("datasource", ds.name),
+                ds,
+                source,
+                digest,
+                _version_issue(source, "DatasourceConfig", ds.version),
+            )
         if table == "models":
             model, issues = decode_model(msgspec.json.decode(text), source, strict=False)
-            return StoredDoc(DocKey("model", f"{model.data_source}.{model.name}"), model, source, digest, issues)
+            return StoredDoc(
+                DocKey("model", f"{model.data_source}.{model.name}"), model, source, digest, issues
+            )
         if table == "memories":
             mem = msgspec.json.decode(text, type=d.Memory, strict=False)
             if not mem.id:
@@ -637,8 +709,13 @@ class SqliteReader:
             learning, issues = _bounded_learning(mem.learning, source)
             if issues:
                 mem = msgspec.structs.replace(mem, learning=learning)
-            return StoredDoc(DocKey("memory", mem.id), mem, source, digest,
-                             issues + _version_issue(source, "Memory", mem.version))
+            return StoredDoc(
+                DocKey("memory", mem.id),
+                mem,
+                source,
+                digest,
+                issues + _version_issue(source, "Memory", mem.version),
+            )
         items = msgspec.json.decode(text)
         if not isinstance(items, list):
             raise ValueError("datasource_priority must be a JSON list")
@@ -649,15 +726,18 @@ _DATA = {"datasources": "data", "models": "data", "memories": "data", "settings"
 _SQL_KIND = {"blob": "a BLOB", "null": "NULL", "integer": "an integer", "real": "a number"}
 
 
-def _rows(conn: sqlite3.Connection, table: str, keys: tuple[str, ...], column: str,
-          where: str = "1") -> list[_Row]:
+def _rows(
+    conn: sqlite3.Connection, table: str, keys: tuple[str, ...], column: str, where: str = "1"
+) -> list[_Row]:
     """``(table, row key, what is wrong with the key, SQL type of the data, its size in bytes, its
     text)`` per row. The text is fetched only when it is text within ``MAX_DOCUMENT_BYTES`` (a 1 GB
     BLOB is never read); a key that is not text (NULL, a BLOB) is named by the row's position."""
-    sql = (f"SELECT {', '.join(f'typeof({k}), {k}' for k in keys)}, typeof({column}), "
-           f"length(CAST({column} AS BLOB)), "
-           f"CASE WHEN typeof({column}) = 'text' AND length(CAST({column} AS BLOB)) <= {MAX_DOCUMENT_BYTES} "
-           f"THEN {column} END FROM {table} WHERE {where} ORDER BY {', '.join(keys)}")
+    sql = (
+        f"SELECT {', '.join(f'typeof({k}), {k}' for k in keys)}, typeof({column}), "
+        f"length(CAST({column} AS BLOB)), "
+        f"CASE WHEN typeof({column}) = 'text' AND length(CAST({column} AS BLOB)) <= {MAX_DOCUMENT_BYTES} "
+        f"THEN {column} END FROM {table} WHERE {where} ORDER BY {', '.join(keys)}"
+    )
     out: list[_Row] = []
     width = 2 * len(keys)
     single = len(keys) == 1
@@ -667,7 +747,11 @@ def _rows(conn: sqlite3.Connection, table: str, keys: tuple[str, ...], column: s
             key = row[1] if single else ".".join(row[1:width:2])
             out.append((table, key, None, row[-3], row[-2] or 0, row[-1]))
             continue
-        bad = [f"{_SQL_KIND.get(kind, kind)} {name}" for name, kind in zip(keys, kinds, strict=True) if kind != "text"]
+        bad = [
+            f"{_SQL_KIND.get(kind, kind)} {name}"
+            for name, kind in zip(keys, kinds, strict=True)
+            if kind != "text"
+        ]
         problem = " and ".join(bad)
         out.append((table, f"#{n} ({problem})", problem, row[-3], row[-2] or 0, row[-1]))
     return out
@@ -694,10 +778,13 @@ class StoreReader:
     """The reader for one store location, reusing parses across reads (and, for YAML stores, across
     processes through the on-disk cache when ``use_cache`` is set)."""
 
-    def __init__(self, storage: str | os.PathLike[str] | StoreLocation | None = None, *,
-                 use_cache: bool = False):
+    def __init__(
+        self, storage: str | os.PathLike[str] | StoreLocation | None = None, *, use_cache: bool = False
+    ):
         self.location = storage if isinstance(storage, StoreLocation) else locate(storage)
-        self._impl = YamlReader(self.location) if self.location.backend == "yaml" else SqliteReader(self.location)
+        self._impl = (
+            YamlReader(self.location) if self.location.backend == "yaml" else SqliteReader(self.location)
+        )
         self._cache = None
         if use_cache and isinstance(self._impl, YamlReader):
             from slayer_lsp.store.cache import StoreCache

@@ -75,7 +75,7 @@ def _open_dir_chain(root: Path, dirs: Sequence[str]) -> int:
                     what = kind_of(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
                 except OSError:
                     what = "not a directory"
-                raise Refused(f"'{'/'.join(dirs[:i + 1])}' {refusal(what)}") from None
+                raise Refused(f"'{'/'.join(dirs[: i + 1])}' {refusal(what)}") from None
             os.close(fd)
             fd = nfd
     except BaseException:
@@ -84,8 +84,9 @@ def _open_dir_chain(root: Path, dirs: Sequence[str]) -> int:
     return fd
 
 
-def read_store_file(root: Path, parts: Sequence[str],
-                    max_bytes: int = MAX_DOCUMENT_BYTES) -> tuple[os.stat_result, bytes]:
+def read_store_file(
+    root: Path, parts: Sequence[str], max_bytes: int = MAX_DOCUMENT_BYTES
+) -> tuple[os.stat_result, bytes]:
     """The ``fstat`` and bytes of the regular file ``root/parts...``. Raises ``Refused`` for a link
     anywhere below the root, a non-regular file or one over ``max_bytes``; ``OSError`` when it cannot
     be read (gone, permissions)."""
@@ -133,8 +134,9 @@ def too_large(size: int, max_bytes: int) -> str:
     return f"is larger than {max_bytes // (1024 * 1024)} MiB ({size} bytes or more); not read"
 
 
-def read_file(path: str, root: Path | None = None, max_bytes: int = MAX_DOCUMENT_BYTES,
-              follow: bool = False) -> bytes:
+def read_file(
+    path: str, root: Path | None = None, max_bytes: int = MAX_DOCUMENT_BYTES, follow: bool = False
+) -> bytes:
     """A file's bytes, read as the store reader reads: below ``root`` no link anywhere below it;
     elsewhere the last component is followed only with ``follow``. Never a FIFO, socket or device,
     never past ``max_bytes``. Raises ``Refused`` or ``OSError``."""
@@ -148,8 +150,9 @@ def read_file(path: str, root: Path | None = None, max_bytes: int = MAX_DOCUMENT
         os.close(fd)
 
 
-def read_text_file(path: str, root: Path | None = None, max_bytes: int = MAX_DOCUMENT_BYTES,
-                   universal_newlines: bool = True) -> str | None:
+def read_text_file(
+    path: str, root: Path | None = None, max_bytes: int = MAX_DOCUMENT_BYTES, universal_newlines: bool = True
+) -> str | None:
     """A store file's text for locating keys and positions, or None when it is refused or unreadable
     (what ``open(path, encoding="utf-8").read()`` gave, newlines translated, without following a link
     in the last component, opening a FIFO for a blocking read or reading past ``max_bytes``)."""

@@ -42,7 +42,7 @@ FACETS: dict[str, tuple[str, ...]] = {
 # facet -> what its text holds (for the protocol spec, the CLI's help and error messages)
 FACET_HELP: dict[str, str] = {
     "meaning": "what the entity is: its name as words, label and description (a memory: its learning "
-               "and description)",
+    "and description)",
     "values": "a column's sample values, after its type",
     "columns": "a model's visible columns, as words with their labels",
     "formula": "a measure's or aggregation's formula (and an aggregation's parameters)",

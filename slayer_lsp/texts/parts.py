@@ -20,8 +20,17 @@ from slayer_lsp.texts.statements import EmbedItem
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog
 
-__all__ = ["PART_SEP", "PIECE_KIND", "SEPARATORS", "PartItems", "owner_of", "part_id", "part_kind", "part_of",
-           "parts_for"]
+__all__ = [
+    "PART_SEP",
+    "PIECE_KIND",
+    "SEPARATORS",
+    "PartItems",
+    "owner_of",
+    "part_id",
+    "part_kind",
+    "part_of",
+    "parts_for",
+]
 
 PART_SEP = "#"
 SEPARATORS = (".", PART_SEP)  # a part belongs to its owner, and to the owner's ancestors
@@ -50,11 +59,15 @@ def parts_for(catalog: Catalog, canonical: str) -> list[EmbedItem]:
     ent = catalog.get(canonical)
     if ent is None or ent.hidden:
         return []
-    items = [EmbedItem(part_id(canonical, facet), part_kind(ent.kind, facet), text)
-             for facet, text in facet_texts(ent.obj).items()]
+    items = [
+        EmbedItem(part_id(canonical, facet), part_kind(ent.kind, facet), text)
+        for facet, text in facet_texts(ent.obj).items()
+    ]
     if isinstance(ent.obj, d.Memory):  # a memory's pieces: what its dense matching compares (texts/pieces.py)
-        items += [EmbedItem(part_id(canonical, f"p{n}"), PIECE_KIND, text)
-                  for n, text in enumerate(piece_texts(ent.obj))]
+        items += [
+            EmbedItem(part_id(canonical, f"p{n}"), PIECE_KIND, text)
+            for n, text in enumerate(piece_texts(ent.obj))
+        ]
     return items
 
 

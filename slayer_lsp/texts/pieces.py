@@ -27,13 +27,17 @@ from slayer_lsp.texts.words import TOKEN_RE
 MAX_PIECE_CHARS = 300
 MIN_PIECE_WORDS = 3
 
-ABBREVIATIONS = frozenset("""
+ABBREVIATIONS = frozenset(
+    """
 a.m p.m e.g i.e cf vs viz al approx appr incl excl est no nr nos num fig figs eq ref refs dept div ca
 corp inc ltd co bros mr mrs ms dr prof st mt jr sr sgt capt gov jan feb apr jun jul aug sep sept oct
 nov dec mon tue tues wed thu thur thurs fri u.s u.k u.n e.u a.k.a vol eds pp para sec ch
-""".split())
+""".split()
+)
 
-_BULLET = re.compile(r"^\s*(?:[-*+\u2022\u2023\u25e6\u2043\u2219]|\d{1,3}[.)]|[a-z][.)](?=\s)|[A-Z]\)(?=\s))\s+")  # "J. Smith" is a name
+_BULLET = re.compile(
+    r"^\s*(?:[-*+\u2022\u2023\u25e6\u2043\u2219]|\d{1,3}[.)]|[a-z][.)](?=\s)|[A-Z]\)(?=\s))\s+"
+)  # "J. Smith" is a name
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+")
 _TABLE_RULE = re.compile(r"[\s:|-]+")  # a stripped line of only these (one quantifier: linear)
 _FENCE = re.compile(r"\s*+(?:```|~~~)")
@@ -86,7 +90,7 @@ def _blocks(text: str) -> list[tuple[bool, str]]:
         marker = _BULLET.match(line) or _HEADING.match(line)
         if marker:
             flush()
-            line = line[marker.end():].strip()
+            line = line[marker.end() :].strip()
             if not line:
                 continue
         elif current and _looks_like_title(current[-1]) and line[:1].isupper():
@@ -134,7 +138,7 @@ def _sentences(block: str) -> list[str]:
     last = 0
     for m in _END.finditer(block):
         if _is_boundary(block, m.start(), m.end(), m.group(1)):
-            out.append(block[last:m.end()].strip())
+            out.append(block[last : m.end()].strip())
             last = m.end()
     out.append(block[last:].strip())
     return [s for s in out if s]
@@ -174,7 +178,7 @@ def _bounded(sentence: str, limit: int = MAX_PIECE_CHARS) -> list[str]:
     sentence = sentence.strip()
     pos, end = 0, len(sentence)  # the rest is sentence[pos:end]: never copied whole (linear)
     while end - pos > limit:
-        window = sentence[pos:pos + limit + 1]
+        window = sentence[pos : pos + limit + 1]
         cut = -1
         for m in _SOFT_BREAK.finditer(window):
             if m.start() >= limit // 2:
@@ -226,9 +230,9 @@ def piece_texts(memory: d.Memory) -> list[str]:
     the learning already holds the description; a piece repeated verbatim is kept once. The same
     list numbers the dense piece vectors (``memory:<id>#<n>``). Each text is read up to
     ``MAX_LEARNING_CHARS`` (the limit of what the writer accepts)."""
-    learning = (memory.learning or "")[:d.MAX_LEARNING_CHARS]  # a longer one (not ours) is indexed this far
+    learning = (memory.learning or "")[: d.MAX_LEARNING_CHARS]  # a longer one (not ours) is indexed this far
     pieces = split_pieces(learning)
-    desc = (memory.description or "")[:d.MAX_LEARNING_CHARS]
+    desc = (memory.description or "")[: d.MAX_LEARNING_CHARS]
     if desc.strip() and _norm(desc) not in _norm(learning):
         pieces.extend(split_pieces(desc))
     out: list[str] = []

@@ -28,8 +28,6 @@ def _csv(names: list[str], kind: str) -> str:
     return ", ".join(f"{n} ({kind})" for n in names)
 
 
-
-
 def datasource_text(ds: d.Datasource, models: list[d.Model]) -> str:
     lines = [f"Datasource: {ds.name}"]
     if ds.description:

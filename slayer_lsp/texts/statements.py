@@ -73,8 +73,6 @@ def _samples(values: Sequence[str]) -> str:
     return ", ".join(out)
 
 
-
-
 # --------------------------------------------------------------------------- statements per kind
 
 
@@ -155,8 +153,9 @@ def datasource_statements(ds: d.Datasource, models: Sequence[d.Model] = ()) -> l
 EntityObj = d.Datasource | d.Model | d.Column | d.Measure | d.Aggregation | d.Memory
 
 
-def statements(obj: EntityObj, *, model: d.Model | None = None,
-               models: Sequence[d.Model] = ()) -> list[Statement]:
+def statements(
+    obj: EntityObj, *, model: d.Model | None = None, models: Sequence[d.Model] = ()
+) -> list[Statement]:
     """The statements of a stored object; ``model`` is the owner of a column/measure/aggregation,
     ``models`` those of a datasource. Memories have none (their text is their own)."""
     if isinstance(obj, d.Column):

@@ -23,8 +23,9 @@ class MemoryWriteError(ValueError):
     says a forget deleted the memory and then failed on its clean-up. ``kind`` says whose fault it
     is; ``reference`` names the entity reference that failed to resolve, when that is the reason."""
 
-    def __init__(self, message: str, *, kind: WriteErrorKind = WriteErrorKind.INVALID,
-                 reference: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, kind: WriteErrorKind = WriteErrorKind.INVALID, reference: str | None = None
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.reference = reference

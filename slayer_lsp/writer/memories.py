@@ -50,9 +50,21 @@ from slayer_lsp.store.safefs import Refused, read_file
 from slayer_lsp.writer.errors import MemoryWriteError, WriteErrorKind
 
 __all__ = [
-    "DESCRIPTION_MAX_CHARS", "MAX_LEARNING_CHARS", "MemoryWriteError", "SavedMemory", "forget_memory",
-    "format_created_at", "memory_id_key", "memory_json", "memory_markdown", "normalize_memory_id",
-    "save_memory", "scoped_id_refusal", "check_sqlite_schema", "io_error", "sqlite_transaction",
+    "DESCRIPTION_MAX_CHARS",
+    "MAX_LEARNING_CHARS",
+    "MemoryWriteError",
+    "SavedMemory",
+    "forget_memory",
+    "format_created_at",
+    "memory_id_key",
+    "memory_json",
+    "memory_markdown",
+    "normalize_memory_id",
+    "save_memory",
+    "scoped_id_refusal",
+    "check_sqlite_schema",
+    "io_error",
+    "sqlite_transaction",
 ]
 
 log = logging.getLogger(__name__)
@@ -79,10 +91,18 @@ class SavedMemory:
 # ============================================================================== public operations
 
 
-def save_memory(location: StoreLocation, catalog: Catalog, *, learning: str, entities: list[str] | None = None,
-                query: Mapping[str, Any] | None = None, id: str | int | None = None,
-                description: str | None = None, lock_timeout: float = LOCK_TIMEOUT,
-                reachable: Collection[str] | None = None) -> SavedMemory:
+def save_memory(
+    location: StoreLocation,
+    catalog: Catalog,
+    *,
+    learning: str,
+    entities: list[str] | None = None,
+    query: Mapping[str, Any] | None = None,
+    id: str | int | None = None,
+    description: str | None = None,
+    lock_timeout: float = LOCK_TIMEOUT,
+    reachable: Collection[str] | None = None,
+) -> SavedMemory:
     """Save (or upsert, when ``id`` exists) one memory the way SLayer's ``save_memory`` does.
 
     Give either ``entities`` (each resolved strictly) or ``query`` (its entities are extracted and the
@@ -97,8 +117,10 @@ def save_memory(location: StoreLocation, catalog: Catalog, *, learning: str, ent
     if not isinstance(learning, str) or not learning.strip():
         raise MemoryWriteError("learning text must be a non-empty string.")
     if len(learning) > MAX_LEARNING_CHARS:
-        raise MemoryWriteError(f"learning must be at most {MAX_LEARNING_CHARS} characters; got {len(learning)}. "
-                               f"Save a summary, or split it into several memories.")
+        raise MemoryWriteError(
+            f"learning must be at most {MAX_LEARNING_CHARS} characters; got {len(learning)}. "
+            f"Save a summary, or split it into several memories."
+        )
     memory_id = normalize_memory_id(id) if id is not None else None
     if reachable is not None and memory_id is not None and memory_id not in reachable:
         raise MemoryWriteError(scoped_id_refusal(id))
@@ -109,21 +131,47 @@ def save_memory(location: StoreLocation, catalog: Catalog, *, learning: str, ent
     canonicals, warnings, stored_query = _link(catalog, entities, query)
     warnings = (*warnings, *notes)
     if location.backend == "sqlite":
-        return _save_sqlite(location.path, memory_id, learning, description, canonicals, stored_query,
-                            warnings, lock_timeout, reachable)
-    return _save_yaml(location.path, memory_id, learning, description, canonicals, stored_query, warnings,
-                      lock_timeout, reachable)
+        return _save_sqlite(
+            location.path,
+            memory_id,
+            learning,
+            description,
+            canonicals,
+            stored_query,
+            warnings,
+            lock_timeout,
+            reachable,
+        )
+    return _save_yaml(
+        location.path,
+        memory_id,
+        learning,
+        description,
+        canonicals,
+        stored_query,
+        warnings,
+        lock_timeout,
+        reachable,
+    )
 
 
 def scoped_id_refusal(memory_id: Any) -> str:
     """The one answer of a scoped writer to an ``id`` it does not reach: the same whether the id is
     free or a hidden memory's (in any case or Unicode spelling), so it tells nothing."""
-    return (f"memory id {str(memory_id)!r} is not a memory this session can update: with a scope, 'id' names one "
-            f"of the session's own memories; leave it out to save a new memory (it gets a fresh id).")
+    return (
+        f"memory id {str(memory_id)!r} is not a memory this session can update: with a scope, 'id' names one "
+        f"of the session's own memories; leave it out to save a new memory (it gets a fresh id)."
+    )
 
 
-def forget_memory(location: StoreLocation, catalog: Catalog | None, id: str | int,
-                  *, lock_timeout: float = LOCK_TIMEOUT, reachable: Collection[str] | None = None) -> bool:
+def forget_memory(
+    location: StoreLocation,
+    catalog: Catalog | None,
+    id: str | int,
+    *,
+    lock_timeout: float = LOCK_TIMEOUT,
+    reachable: Collection[str] | None = None,
+) -> bool:
     """Delete memory ``id`` like SLayer's ``forget_memory``: the memory itself, its embedding rows
     (exactly ``memory:<id>``, never a prefix) and ``memory:<id>`` tags on every other memory.
 
@@ -146,8 +194,10 @@ def forget_memory(location: StoreLocation, catalog: Catalog | None, id: str | in
 def format_created_at(value: datetime) -> str:
     """A datetime in pydantic's JSON form: ISO 8601, microseconds only when non-zero, ``Z`` for UTC,
     ``±HH:MM`` for another offset, nothing for a naive value."""
-    text = (f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
-            f"T{value.hour:02d}:{value.minute:02d}:{value.second:02d}")
+    text = (
+        f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+        f"T{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
+    )
     if value.microsecond:
         text += f".{value.microsecond:06d}"
     offset = value.utcoffset()
@@ -164,7 +214,8 @@ def format_created_at(value: datetime) -> str:
 
 _STAMP_RE = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?"
-    r"(Z|z|[+-]\d{2}:?\d{2})?)?")
+    r"(Z|z|[+-]\d{2}:?\d{2})?)?"
+)
 
 
 def _parse_created_at(value: Any) -> datetime | None:
@@ -188,17 +239,38 @@ def _parse_created_at(value: Any) -> datetime | None:
         delta = timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
         tz = timezone(-delta if zone[0] == "-" else delta)
     try:
-        return datetime(int(y), int(mo), int(d), int(h or 0), int(mi or 0), int(s or 0),
-                        int((frac or "0")[:6].ljust(6, "0")), tzinfo=tz)
+        return datetime(
+            int(y),
+            int(mo),
+            int(d),
+            int(h or 0),
+            int(mi or 0),
+            int(s or 0),
+            int((frac or "0")[:6].ljust(6, "0")),
+            tzinfo=tz,
+        )
     except ValueError:
         return None
 
 
-def _document(memory_id: str, learning: str, description: str | None, entities: Sequence[str],
-              query: dict[str, Any] | None, created_at: str) -> dict[str, Any]:
+def _document(
+    memory_id: str,
+    learning: str,
+    description: str | None,
+    entities: Sequence[str],
+    query: dict[str, Any] | None,
+    created_at: str,
+) -> dict[str, Any]:
     """The memory in SLayer's ``Memory.model_dump(mode="json")`` field order."""
-    return {"version": MEMORY_VERSION, "id": memory_id, "learning": learning, "description": description,
-            "entities": list(entities), "query": query, "created_at": created_at}
+    return {
+        "version": MEMORY_VERSION,
+        "id": memory_id,
+        "learning": learning,
+        "description": description,
+        "entities": list(entities),
+        "query": query,
+        "created_at": created_at,
+    }
 
 
 def memory_markdown(doc: Mapping[str, Any]) -> str:
@@ -225,7 +297,7 @@ def _split_markdown(text: str) -> tuple[dict[str, Any] | None, str]:
     if text.startswith(_FENCE):
         head, sep, body = text.partition("\n" + _FENCE)
         if sep:
-            front = yaml.safe_load(head[len(_FENCE):])
+            front = yaml.safe_load(head[len(_FENCE) :])
             return (dict(front) if isinstance(front, dict) else {}), body
     return None, text
 
@@ -249,8 +321,9 @@ def normalize_memory_id(value: Any) -> str:
     try:
         memory_id.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: no file name, no SQLite text can hold it
-        raise MemoryWriteError(f"memory id {memory_id!r} is not valid Unicode text (it holds a lone "
-                               f"surrogate).") from None
+        raise MemoryWriteError(
+            f"memory id {memory_id!r} is not valid Unicode text (it holds a lone surrogate)."
+        ) from None
     memory_id = unicodedata.normalize("NFC", memory_id)
     try:
         check_memory_id(memory_id)
@@ -258,9 +331,11 @@ def normalize_memory_id(value: Any) -> str:
         raise MemoryWriteError(str(exc)) from exc
     for ch in memory_id:
         if unicodedata.category(ch) in _HIDDEN_CATEGORIES:
-            raise MemoryWriteError(f"memory id {memory_id!r}: character U+{ord(ch):04X} "
-                                   f"({unicodedata.name(ch, 'unnamed')}) does not show; ids may hold only "
-                                   f"visible characters.")
+            raise MemoryWriteError(
+                f"memory id {memory_id!r}: character U+{ord(ch):04X} "
+                f"({unicodedata.name(ch, 'unnamed')}) does not show; ids may hold only "
+                f"visible characters."
+            )
     return memory_id
 
 
@@ -278,14 +353,21 @@ def _as_read_back(learning: str, description: str | None, notes: list[str]) -> t
     SLayer's, a byte-exact one) see the same text; ``notes`` says what changed."""
     if "\r" in learning:
         learning = learning.replace("\r\n", "\n").replace("\r", "\n")
-        notes.append("learning: carriage returns were stored as line feeds (SLayer reads a memory file's "
-                      "line ends that way)")
+        notes.append(
+            "learning: carriage returns were stored as line feeds (SLayer reads a memory file's "
+            "line ends that way)"
+        )
     if description is not None:
-        dumped = yaml.safe_dump({"d": description}, sort_keys=True, default_flow_style=False, allow_unicode=True)
+        dumped = yaml.safe_dump(
+            {"d": description}, sort_keys=True, default_flow_style=False, allow_unicode=True
+        )
         back = yaml.safe_load(dumped)["d"]
         if back != description:
-            notes.append("description: stored as SLayer reads it back (YAML turns a NEL, U+0085, into a space)"
-                         if "\x85" in description else "description: stored as SLayer reads it back")
+            notes.append(
+                "description: stored as SLayer reads it back (YAML turns a NEL, U+0085, into a space)"
+                if "\x85" in description
+                else "description: stored as SLayer reads it back"
+            )
             description = back if isinstance(back, str) and back.strip() else None
     return learning, description
 
@@ -299,8 +381,10 @@ def _check_file_name(memories: Path, memory_id: str) -> None:
         name_max = 255
     size = len(f"{memory_id}.md".encode())
     if size > name_max:
-        raise MemoryWriteError(f"memory id is too long for a YAML store: its file name would take {size} bytes "
-                               f"and the file system allows {name_max}.")
+        raise MemoryWriteError(
+            f"memory id is too long for a YAML store: its file name would take {size} bytes "
+            f"and the file system allows {name_max}."
+        )
 
 
 def _normalize_description(value: Any) -> str | None:
@@ -319,8 +403,11 @@ def _dedup(items: Iterator[str] | Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _link(catalog: Catalog, entities: Sequence[str] | None, query: Mapping[str, Any] | None,
-          ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any] | None]:
+def _link(
+    catalog: Catalog,
+    entities: Sequence[str] | None,
+    query: Mapping[str, Any] | None,
+) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any] | None]:
     """(canonical entities, warnings, stored query) of the linked references."""
     if entities is not None and query is not None:
         raise MemoryWriteError("give either entities or a query, not both.")
@@ -335,8 +422,9 @@ def _link(catalog: Catalog, entities: Sequence[str] | None, query: Mapping[str, 
             raise MemoryWriteError(f"query: {exc}", kind=WriteErrorKind.UNRESOLVED) from exc
         return _dedup(refs.canonicals), _dedup([*shape_warnings, *refs.warnings]), stored
     if entities is None or isinstance(entities, (str, bytes)) or not entities:
-        raise MemoryWriteError("linked_entities must be a non-empty list of entity references "
-                               "(or a SlayerQuery / dict).")
+        raise MemoryWriteError(
+            "linked_entities must be a non-empty list of entity references (or a SlayerQuery / dict)."
+        )
     canonicals: list[str] = []
     warnings: list[str] = []
     for raw in entities:
@@ -345,7 +433,9 @@ def _link(catalog: Catalog, entities: Sequence[str] | None, query: Mapping[str, 
         try:
             res = resolve_entity(raw, catalog)
         except EntityResolutionError as exc:
-            raise MemoryWriteError(f"cannot resolve {raw!r}: {exc}", reference=raw, kind=WriteErrorKind.UNRESOLVED) from exc
+            raise MemoryWriteError(
+                f"cannot resolve {raw!r}: {exc}", reference=raw, kind=WriteErrorKind.UNRESOLVED
+            ) from exc
         canonicals.append(res.canonical)
         warnings.extend(res.warnings)
     return _dedup(canonicals), _dedup(warnings), None
@@ -378,8 +468,11 @@ def _yaml_store(store: Path) -> Path:
     if not store.is_dir():
         raise MemoryWriteError(f"no SLayer YAML store at {store}", kind=WriteErrorKind.STORE)
     if (store / "memories.yaml").exists():
-        raise MemoryWriteError(f"{store} still has a legacy memories.yaml; open it once with SLayer (which "
-                               f"migrates it) before saving memories", kind=WriteErrorKind.STORE)
+        raise MemoryWriteError(
+            f"{store} still has a legacy memories.yaml; open it once with SLayer (which "
+            f"migrates it) before saving memories",
+            kind=WriteErrorKind.STORE,
+        )
     memories = store / "memories"
     try:
         memories.mkdir(exist_ok=True)
@@ -393,7 +486,9 @@ def _sweep_orphans(memories: Path, names: Iterable[str]) -> None:
     writer, SLayer's and ours, holds the memories lock while its temp file exists, so one found
     under the lock belongs to nobody. Called under the lock."""
     for name in names:
-        if name.startswith(".") and ".tmp." in name and not name.endswith(".md"):  # ".x.tmp.y.md" is memory ".x.tmp.y"
+        if (
+            name.startswith(".") and ".tmp." in name and not name.endswith(".md")
+        ):  # ".x.tmp.y.md" is memory ".x.tmp.y"
             with contextlib.suppress(OSError):
                 os.unlink(memories / name)
                 log.info("removed %s, left by a memory writer that died mid-write", memories / name)
@@ -426,8 +521,10 @@ def _twin(ids: Iterable[str], memory_id: str) -> str | None:
 
 def _twin_refusal(memory_id: str, twin: str) -> MemoryWriteError:
     how = "case" if twin.casefold() == memory_id.casefold() else "case or Unicode form"
-    return MemoryWriteError(f"Memory id '{memory_id}' conflicts with existing '{twin}' (differs only by {how}). "
-                            f"Rename or delete one.")
+    return MemoryWriteError(
+        f"Memory id '{memory_id}' conflicts with existing '{twin}' (differs only by {how}). "
+        f"Rename or delete one."
+    )
 
 
 def _existing_created_at(memory_id: str, front: Mapping[str, Any] | None) -> str:
@@ -438,8 +535,10 @@ def _existing_created_at(memory_id: str, front: Mapping[str, Any] | None) -> str
         return format_created_at(datetime.now(UTC))
     parsed = _parse_created_at(raw)
     if parsed is None:
-        raise MemoryWriteError(f"existing memory '{memory_id}' has an unreadable created_at; fix it "
-                               f"or forget the memory first", kind=WriteErrorKind.STORE)  # its value is not echoed: it is the file's
+        raise MemoryWriteError(
+            f"existing memory '{memory_id}' has an unreadable created_at; fix it or forget the memory first",
+            kind=WriteErrorKind.STORE,
+        )  # its value is not echoed: it is the file's
     return format_created_at(parsed)
 
 
@@ -447,8 +546,11 @@ def _check_memory_targets(entities: Sequence[str], exists: Callable[[str], bool]
     """Every ``memory:<id>`` tag must name a memory the store holds right now."""
     for entity in entities:
         if is_memory_ref(entity) and not exists(memory_id_of(entity)):
-            raise MemoryWriteError(f"cannot resolve {entity!r}: No memory with id "
-                                   f"'{memory_id_of(entity)}'.", reference=entity, kind=WriteErrorKind.UNRESOLVED)
+            raise MemoryWriteError(
+                f"cannot resolve {entity!r}: No memory with id '{memory_id_of(entity)}'.",
+                reference=entity,
+                kind=WriteErrorKind.UNRESOLVED,
+            )
 
 
 def _read_text(path: Path) -> str:
@@ -461,9 +563,17 @@ def _read_text(path: Path) -> str:
     return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _save_yaml(store: Path, memory_id: str | None, learning: str, description: str | None,
-               entities: tuple[str, ...], query: dict[str, Any] | None, warnings: tuple[str, ...],
-               timeout: float, reachable: Collection[str] | None = None) -> SavedMemory:
+def _save_yaml(
+    store: Path,
+    memory_id: str | None,
+    learning: str,
+    description: str | None,
+    entities: tuple[str, ...],
+    query: dict[str, Any] | None,
+    warnings: tuple[str, ...],
+    timeout: float,
+    reachable: Collection[str] | None = None,
+) -> SavedMemory:
     memories = _yaml_store(store)
     if memory_id is not None:
         _check_file_name(memories, memory_id)
@@ -492,9 +602,12 @@ def _save_yaml(store: Path, memory_id: str | None, learning: str, description: s
                     try:
                         front, _ = _split_markdown(_read_text(memories / f"{memory_id}.md"))
                     except (OSError, yaml.YAMLError, UnicodeDecodeError):  # their messages quote the file
-                        raise MemoryWriteError(f"existing memory '{memory_id}' cannot be read (it is not a "
-                                               f"regular file of UTF-8 text with valid YAML front matter); "
-                                               f"fix it or forget it first", kind=WriteErrorKind.STORE) from None
+                        raise MemoryWriteError(
+                            f"existing memory '{memory_id}' cannot be read (it is not a "
+                            f"regular file of UTF-8 text with valid YAML front matter); "
+                            f"fix it or forget it first",
+                            kind=WriteErrorKind.STORE,
+                        ) from None
                     created_at = _existing_created_at(memory_id, front)
                 else:
                     created_at = format_created_at(datetime.now(UTC))
@@ -549,8 +662,14 @@ def _rebuilt(memory_id: str, learning: str, stored: Mapping[str, Any], entities:
             normal = normalize_query(query)[0] if query is not None else None
             created = _parse_created_at(stored.get("created_at"))
             if created is not None:
-                return _document(memory_id, learning, _normalize_description(stored.get("description")),
-                                 entities, normal, format_created_at(created))
+                return _document(
+                    memory_id,
+                    learning,
+                    _normalize_description(stored.get("description")),
+                    entities,
+                    normal,
+                    format_created_at(created),
+                )
         except (MemoryWriteError, QueryRefused) as exc:
             log.warning("memory %s: stored fields not re-normalised (%s)", memory_id, exc)
     doc = dict(stored)  # keeps the stored key order (it is the JSON order in a SQLite row)
@@ -562,7 +681,10 @@ def _rebuilt(memory_id: str, learning: str, stored: Mapping[str, Any], entities:
 
 def _delete_embeddings(conn: sqlite3.Connection, canonical_id: str) -> int:
     """Delete the embedding rows of exactly ``canonical_id`` (no prefix or descendant match)."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='embeddings'").fetchone() is None:
+    if (
+        conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='embeddings'").fetchone()
+        is None
+    ):
         return 0
     return conn.execute("DELETE FROM embeddings WHERE canonical_id = ?", (canonical_id,)).rowcount or 0
 
@@ -587,13 +709,18 @@ def _forget_yaml(store: Path, memory_id: str, timeout: float) -> bool:
                     with sqlite_transaction(sidecar, timeout) as conn:
                         _delete_embeddings(conn, tag)
                 except sqlite3.Error as exc:
-                    raise MemoryWriteError(f"memory '{memory_id}' was deleted but its embeddings in {sidecar} "
-                                           f"were not: {exc}", kind=WriteErrorKind.STORE) from exc
+                    raise MemoryWriteError(
+                        f"memory '{memory_id}' was deleted but its embeddings in {sidecar} were not: {exc}",
+                        kind=WriteErrorKind.STORE,
+                    ) from exc
             try:
                 _strip_tag_yaml(memories, tag)
             except MemoryWriteError as exc:
-                raise MemoryWriteError(f"memory '{memory_id}' was deleted but removing its tag from other "
-                                       f"memories failed: {exc}", kind=WriteErrorKind.STORE) from exc
+                raise MemoryWriteError(
+                    f"memory '{memory_id}' was deleted but removing its tag from other "
+                    f"memories failed: {exc}",
+                    kind=WriteErrorKind.STORE,
+                ) from exc
     except OSError as exc:
         raise io_error("forget a memory in", store, exc) from exc
     log.info("forgot memory %s in %s", memory_id, store)
@@ -614,10 +741,16 @@ def check_sqlite_schema(conn: sqlite3.Connection, db: Path) -> None:
     for table, key in (("memories", "id"), ("memory_entities", "memory_id")):
         columns = {row[1]: (row[2] or "").upper() for row in conn.execute(f"PRAGMA table_info({table})")}
         if key not in columns:
-            raise MemoryWriteError(f"{db} has no {table} table; open it once with SLayer before saving memories", kind=WriteErrorKind.STORE)
+            raise MemoryWriteError(
+                f"{db} has no {table} table; open it once with SLayer before saving memories",
+                kind=WriteErrorKind.STORE,
+            )
         if columns[key] != "TEXT":
-            raise MemoryWriteError(f"{db} has a legacy {table} table ({key} is {columns[key]}); open it once with "
-                                   f"SLayer (which migrates it) before saving memories", kind=WriteErrorKind.STORE)
+            raise MemoryWriteError(
+                f"{db} has a legacy {table} table ({key} is {columns[key]}); open it once with "
+                f"SLayer (which migrates it) before saving memories",
+                kind=WriteErrorKind.STORE,
+            )
 
 
 def _put_row(conn: sqlite3.Connection, doc: Mapping[str, Any]) -> None:
@@ -625,12 +758,22 @@ def _put_row(conn: sqlite3.Connection, doc: Mapping[str, Any]) -> None:
     conn.execute("INSERT OR REPLACE INTO memories (id, data) VALUES (?, ?)", (doc["id"], memory_json(doc)))
     conn.execute("DELETE FROM memory_entities WHERE memory_id = ?", (doc["id"],))
     for entity in doc["entities"]:
-        conn.execute("INSERT OR IGNORE INTO memory_entities (memory_id, entity) VALUES (?, ?)", (doc["id"], entity))
+        conn.execute(
+            "INSERT OR IGNORE INTO memory_entities (memory_id, entity) VALUES (?, ?)", (doc["id"], entity)
+        )
 
 
-def _save_sqlite(db: Path, memory_id: str | None, learning: str, description: str | None,
-                 entities: tuple[str, ...], query: dict[str, Any] | None, warnings: tuple[str, ...],
-                 timeout: float, reachable: Collection[str] | None = None) -> SavedMemory:
+def _save_sqlite(
+    db: Path,
+    memory_id: str | None,
+    learning: str,
+    description: str | None,
+    entities: tuple[str, ...],
+    query: dict[str, Any] | None,
+    warnings: tuple[str, ...],
+    timeout: float,
+    reachable: Collection[str] | None = None,
+) -> SavedMemory:
     try:
         with sqlite_transaction(db, timeout) as conn:
             check_sqlite_schema(conn, db)
@@ -648,11 +791,18 @@ def _save_sqlite(db: Path, memory_id: str | None, learning: str, description: st
                     try:
                         stored = json.loads(row[0])
                     except (TypeError, ValueError):
-                        raise MemoryWriteError(f"existing memory '{memory_id}' cannot be read (its row is not "
-                                               f"valid JSON); fix it or forget it first", kind=WriteErrorKind.STORE) from None
+                        raise MemoryWriteError(
+                            f"existing memory '{memory_id}' cannot be read (its row is not "
+                            f"valid JSON); fix it or forget it first",
+                            kind=WriteErrorKind.STORE,
+                        ) from None
                     created_at = _existing_created_at(memory_id, stored if isinstance(stored, dict) else None)
-            _check_memory_targets(entities, lambda mid: conn.execute(
-                "SELECT 1 FROM memories WHERE id = ?", (mid,)).fetchone() is not None)
+            _check_memory_targets(
+                entities,
+                lambda mid: (
+                    conn.execute("SELECT 1 FROM memories WHERE id = ?", (mid,)).fetchone() is not None
+                ),
+            )
             _put_row(conn, _document(memory_id, learning, description, entities, query, created_at))
     except (sqlite3.Error, OSError, UnicodeEncodeError) as exc:
         raise io_error("save a memory in", db, exc) from exc
@@ -679,10 +829,16 @@ def _forget_sqlite(db: Path, memory_id: str, timeout: float) -> bool:
                 if not isinstance(tags, list) or tag not in tags:
                     continue
                 learning = stored.get("learning")
-                _put_row(conn, _rebuilt(other_id, learning if isinstance(learning, str) else "", stored,
-                                        [e for e in tags if e != tag]))
+                _put_row(
+                    conn,
+                    _rebuilt(
+                        other_id,
+                        learning if isinstance(learning, str) else "",
+                        stored,
+                        [e for e in tags if e != tag],
+                    ),
+                )
     except (sqlite3.Error, OSError) as exc:
         raise io_error("forget a memory in", db, exc) from exc
     log.info("forgot memory %s in %s", memory_id, db)
     return True
-

@@ -34,7 +34,9 @@ class RowRewrite:
     entities: tuple[str, ...] = ()
 
 
-def read_rename_rows(db: Path | str, datasource: str) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+def read_rename_rows(
+    db: Path | str, datasource: str
+) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
     """The rows a rename of something in ``datasource`` may rewrite: that datasource's model rows
     ``(data_source, name, data)`` (joins and formulas reach only within it) and every memory row
     ``(id, data)``. Read without a lock: ``rename_rows`` re-checks each row under the write lock."""
@@ -44,9 +46,16 @@ def read_rename_rows(db: Path | str, datasource: str) -> tuple[list[tuple[str, s
     try:
         conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=LOCK_TIMEOUT)
         try:
-            models = [(str(a), str(b), str(c)) for a, b, c in conn.execute(
-                "SELECT data_source, name, data FROM models WHERE data_source = ? ORDER BY name", (datasource,))]
-            memories = [(str(a), str(b)) for a, b in conn.execute("SELECT id, data FROM memories ORDER BY id")]
+            models = [
+                (str(a), str(b), str(c))
+                for a, b, c in conn.execute(
+                    "SELECT data_source, name, data FROM models WHERE data_source = ? ORDER BY name",
+                    (datasource,),
+                )
+            ]
+            memories = [
+                (str(a), str(b)) for a, b in conn.execute("SELECT id, data FROM memories ORDER BY id")
+            ]
         finally:
             conn.close()
     except sqlite3.Error as exc:
@@ -54,8 +63,9 @@ def read_rename_rows(db: Path | str, datasource: str) -> tuple[list[tuple[str, s
     return models, memories
 
 
-def rename_rows(db: Path | str, rows: Sequence[RowRewrite], renamed: Sequence[str],
-                lock_timeout: float = LOCK_TIMEOUT) -> None:
+def rename_rows(
+    db: Path | str, rows: Sequence[RowRewrite], renamed: Sequence[str], lock_timeout: float = LOCK_TIMEOUT
+) -> None:
     """Rewrite the rows of a rename in ONE ``BEGIN IMMEDIATE`` transaction (the write lock SLayer's
     own saves take), so a reader sees the store before the rename or after it, never half of it.
 
@@ -72,27 +82,46 @@ def rename_rows(db: Path | str, rows: Sequence[RowRewrite], renamed: Sequence[st
                 where = "data_source = ? AND name = ?" if row.table == "models" else "id = ?"
                 found = conn.execute(f"SELECT data FROM {row.table} WHERE {where}", row.key).fetchone()
                 if found is None or found[0] != row.old_data:
-                    raise MemoryWriteError(f"the {row.table} row {'.'.join(row.key)!r} changed since the rename "
-                                           f"was planned; nothing was written: rename again", kind=WriteErrorKind.STALE)
-                if row.new_key != row.key and conn.execute(
-                        f"SELECT 1 FROM {row.table} WHERE {where}", row.new_key).fetchone() is not None:
-                    raise MemoryWriteError(f"{'.'.join(row.new_key)!r} already exists in the store; nothing "
-                                           f"was written", kind=WriteErrorKind.STALE)
+                    raise MemoryWriteError(
+                        f"the {row.table} row {'.'.join(row.key)!r} changed since the rename "
+                        f"was planned; nothing was written: rename again",
+                        kind=WriteErrorKind.STALE,
+                    )
+                if (
+                    row.new_key != row.key
+                    and conn.execute(f"SELECT 1 FROM {row.table} WHERE {where}", row.new_key).fetchone()
+                    is not None
+                ):
+                    raise MemoryWriteError(
+                        f"{'.'.join(row.new_key)!r} already exists in the store; nothing was written",
+                        kind=WriteErrorKind.STALE,
+                    )
             for row in rows:
                 if row.table == "models":
-                    conn.execute("UPDATE models SET data_source = ?, name = ?, data = ? "
-                                 "WHERE data_source = ? AND name = ?", (*row.new_key, row.new_data, *row.key))
+                    conn.execute(
+                        "UPDATE models SET data_source = ?, name = ?, data = ? "
+                        "WHERE data_source = ? AND name = ?",
+                        (*row.new_key, row.new_data, *row.key),
+                    )
                     continue
                 conn.execute("UPDATE memories SET data = ? WHERE id = ?", (row.new_data, *row.key))
                 conn.execute("DELETE FROM memory_entities WHERE memory_id = ?", row.key)
                 for entity in row.entities:
-                    conn.execute("INSERT OR IGNORE INTO memory_entities (memory_id, entity) VALUES (?, ?)",
-                                 (*row.key, entity))
-            has_vectors = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='embeddings'").fetchone() is not None
+                    conn.execute(
+                        "INSERT OR IGNORE INTO memory_entities (memory_id, entity) VALUES (?, ?)",
+                        (*row.key, entity),
+                    )
+            has_vectors = (
+                conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name='embeddings'"
+                ).fetchone()
+                is not None
+            )
             for old in renamed if has_vectors else ():
-                conn.execute("DELETE FROM embeddings WHERE canonical_id = ? OR substr(canonical_id, 1, ?) = ?",
-                             (old, len(old) + 1, old + "."))
+                conn.execute(
+                    "DELETE FROM embeddings WHERE canonical_id = ? OR substr(canonical_id, 1, ?) = ?",
+                    (old, len(old) + 1, old + "."),
+                )
     except (sqlite3.Error, OSError) as exc:
         raise io_error("rename rows of", db, exc) from exc
     log.info("renamed %d rows in %s", len(rows), db)

@@ -64,8 +64,10 @@ def refuse_withheld_upsert(state: Any, memory_id: Any) -> None:
         return  # the writer refuses it with its own message
     seen, stored = state.catalog.memory(mid), state.full.memory(mid)
     if seen is not None and stored is not None and seen.entities != stored.entities:
-        raise WriteRefused(f"The change to memory {mid!r} conflicts with parts of it you "
-                           f"cannot access. Ask a caller with full access to make this change.")
+        raise WriteRefused(
+            f"The change to memory {mid!r} conflicts with parts of it you "
+            f"cannot access. Ask a caller with full access to make this change."
+        )
 
 
 def refresh_after_write(engine: Any, changed: list[str] | None) -> object | None:
@@ -78,16 +80,32 @@ def refresh_after_write(engine: Any, changed: list[str] | None) -> object | None
         return None
 
 
-def save(engine: Any, state: Any, *, learning: str, entities: list[str] | None, query: dict[str, Any] | None,
-         id: str | int | None, description: str | None) -> Saved:
+def save(
+    engine: Any,
+    state: Any,
+    *,
+    learning: str,
+    entities: list[str] | None,
+    query: dict[str, Any] | None,
+    id: str | int | None,
+    description: str | None,
+) -> Saved:
     """Save (or upsert) a memory exactly as SLayer would, within the session's scope (blocking: run it
     off the event loop). Raises ``WriteRefused``."""
     from slayer_lsp.writer.memories import save_memory
 
     refuse_withheld_upsert(state, id)
     try:
-        saved = save_memory(engine.location, state.catalog, learning=learning, entities=entities, query=query,
-                            id=id, description=description, reachable=reachable_memories(state))
+        saved = save_memory(
+            engine.location,
+            state.catalog,
+            learning=learning,
+            entities=entities,
+            query=query,
+            id=id,
+            description=description,
+            reachable=reachable_memories(state),
+        )
     except MemoryWriteError as exc:
         raise WriteRefused.of(exc) from exc
     touched = None
@@ -113,8 +131,11 @@ def rename_rows(engine: Any, store: Any, renamed: str) -> None:
     from slayer_lsp.writer.renames import rename_rows as write_rows
 
     if str(engine.location.path) != store.db:
-        raise WriteRefused(f"the rename was planned for {store.db}, and the session's store is now "
-                           f"{engine.location.path}; rename again", kind=WriteErrorKind.STALE)
+        raise WriteRefused(
+            f"the rename was planned for {store.db}, and the session's store is now "
+            f"{engine.location.path}; rename again",
+            kind=WriteErrorKind.STALE,
+        )
     try:
         write_rows(store.db, store.rows, [renamed])
     except MemoryWriteError as exc:

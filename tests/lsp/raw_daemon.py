@@ -46,14 +46,16 @@ def frame(body: bytes | str | dict[str, Any] | list[Any]) -> bytes:
 class RawDaemon:
     """``slayer-lsp serve`` as a subprocess over pipes."""
 
-    def __init__(self, store: Path | None, log_path: Path, *, cwd: Path = REPO,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, store: Path | None, log_path: Path, *, cwd: Path = REPO, env: dict[str, str] | None = None
+    ) -> None:
         cmd = [sys.executable, "-m", "slayer_lsp", "serve", *(["--storage", str(store)] if store else [])]
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
         env = {**os.environ, **(env or {})}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     cwd=str(cwd), env=env)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, cwd=str(cwd), env=env
+        )
         self.log_path = log_path
         self.cond = threading.Condition()
         self._write_lock = threading.Lock()
@@ -206,8 +208,15 @@ class RawDaemon:
         raise AssertionError("no VmRSS")
 
     def initialize(self, options: dict[str, Any] | None = None, wait_ready: bool = True) -> dict[str, Any]:
-        init = self.call("initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                        "initializationOptions": options if options is not None else NO_EMBEDDINGS})
+        init = self.call(
+            "initialize",
+            {
+                "processId": None,
+                "rootUri": None,
+                "capabilities": {},
+                "initializationOptions": options if options is not None else NO_EMBEDDINGS,
+            },
+        )
         assert "result" in init, init
         self.notify("initialized", {})
         if wait_ready:

@@ -46,24 +46,39 @@ def copy_store(tmp_path_factory: Any, name: str = "store", sqlite: bool = False)
 NO_EMBEDDINGS = {"enable": False}
 
 
-async def start_client(store: Path | None, client: str, options: dict[str, Any] | None = None,
-                       args: list[str] | None = None, workspace: Path | None = None,
-                       wait_ready: bool = True, dense: bool = False) -> LanguageClient:
+async def start_client(
+    store: Path | None,
+    client: str,
+    options: dict[str, Any] | None = None,
+    args: list[str] | None = None,
+    workspace: Path | None = None,
+    wait_ready: bool = True,
+    dense: bool = False,
+) -> LanguageClient:
     c = make_test_lsp_client()
-    cmd = [sys.executable, "-m", "slayer_lsp.lsp", *(["--storage", str(store)] if store else []), *(args or [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "slayer_lsp.lsp",
+        *(["--storage", str(store)] if store else []),
+        *(args or []),
+    ]
     await c.start_io(*cmd, cwd=str(REPO))
     init = dict(options) if options is not None else {"diagnostics": {"debounceMs": 20}}
     if not dense:
         init.setdefault("embedding", NO_EMBEDDINGS)
-    result = await c.initialize_session(t.InitializeParams(
-        capabilities=t.ClientCapabilities() if client == "bare" else client_capabilities(client),
-        root_uri=workspace.as_uri() if workspace else None,
-        initialization_options=init,
-    ))
+    result = await c.initialize_session(
+        t.InitializeParams(
+            capabilities=t.ClientCapabilities() if client == "bare" else client_capabilities(client),
+            root_uri=workspace.as_uri() if workspace else None,
+            initialization_options=init,
+        )
+    )
     c.init_result = result  # type: ignore[attr-defined]
     if wait_ready:  # requests wait for the first index anyway; status answers at once
-        await eventually(lambda: c.protocol.send_request_async("slayer/status", {}), lambda s: s.ready,
-                         "the initial index")
+        await eventually(
+            lambda: c.protocol.send_request_async("slayer/status", {}), lambda s: s.ready, "the initial index"
+        )
     return c
 
 
@@ -77,23 +92,30 @@ def uri_of(path: Path) -> str:
 
 
 def open_doc(c: LanguageClient, uri: str, text: str, language: str = "yaml", version: int = 1) -> None:
-    c.text_document_did_open(t.DidOpenTextDocumentParams(
-        text_document=t.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)))
+    c.text_document_did_open(
+        t.DidOpenTextDocumentParams(
+            text_document=t.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)
+        )
+    )
 
 
 def replace_doc(c: LanguageClient, uri: str, text: str, version: int) -> None:
     """A full-text change (every client may send those)."""
-    c.text_document_did_change(t.DidChangeTextDocumentParams(
-        text_document=t.VersionedTextDocumentIdentifier(uri=uri, version=version),
-        content_changes=[t.TextDocumentContentChangeWholeDocument(text=text)]))
+    c.text_document_did_change(
+        t.DidChangeTextDocumentParams(
+            text_document=t.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[t.TextDocumentContentChangeWholeDocument(text=text)],
+        )
+    )
 
 
 def close_doc(c: LanguageClient, uri: str) -> None:
     c.text_document_did_close(t.DidCloseTextDocumentParams(text_document=t.TextDocumentIdentifier(uri=uri)))
 
 
-async def eventually(probe: Callable[[], Any], check: Callable[[Any], bool], what: str,
-                     timeout: float = WAIT_S) -> Any:
+async def eventually(
+    probe: Callable[[], Any], check: Callable[[Any], bool], what: str, timeout: float = WAIT_S
+) -> Any:
     """Poll ``probe`` (sync or async) until ``check`` holds; fail with the last value seen."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -109,10 +131,17 @@ async def eventually(probe: Callable[[], Any], check: Callable[[Any], bool], wha
         await asyncio.sleep(0.05)
 
 
-async def diagnostics(c: LanguageClient, uri: str, check: Callable[[list[t.Diagnostic]], bool] | None = None,
-                      what: str = "diagnostics") -> list[t.Diagnostic]:
-    return await eventually(lambda: c.diagnostics.get(uri), lambda d: d is not None and (check is None or check(d)),
-                            f"{what} of {uri}")
+async def diagnostics(
+    c: LanguageClient,
+    uri: str,
+    check: Callable[[list[t.Diagnostic]], bool] | None = None,
+    what: str = "diagnostics",
+) -> list[t.Diagnostic]:
+    return await eventually(
+        lambda: c.diagnostics.get(uri),
+        lambda d: d is not None and (check is None or check(d)),
+        f"{what} of {uri}",
+    )
 
 
 def codes(diags: list[t.Diagnostic]) -> list[tuple[str, int]]:
@@ -123,7 +152,9 @@ def pos(text: str, marker: str = "§", encoding: str = "utf-32") -> tuple[str, t
     """Text without the cursor marker, and the cursor in the negotiated encoding's units."""
     before = text[: text.index(marker)]
     line = before.split("\n")[-1]
-    units = {"utf-8": len(line.encode("utf-8")), "utf-16": len(line.encode("utf-16-le")) // 2}.get(encoding, len(line))
+    units = {"utf-8": len(line.encode("utf-8")), "utf-16": len(line.encode("utf-16-le")) // 2}.get(
+        encoding, len(line)
+    )
     return text.replace(marker, ""), t.Position(line=before.count("\n"), character=units)
 
 
@@ -133,16 +164,18 @@ def encoding_of(c: LanguageClient) -> str:
 
 
 async def complete(c: LanguageClient, uri: str, position: t.Position) -> list[t.CompletionItem]:
-    res = await c.text_document_completion_async(t.CompletionParams(
-        text_document=t.TextDocumentIdentifier(uri=uri), position=position))
+    res = await c.text_document_completion_async(
+        t.CompletionParams(text_document=t.TextDocumentIdentifier(uri=uri), position=position)
+    )
     if res is None:
         return []
     return list(res.items if isinstance(res, t.CompletionList) else res)
 
 
 async def hover_text(c: LanguageClient, uri: str, position: t.Position) -> str | None:
-    res = await c.text_document_hover_async(t.HoverParams(text_document=t.TextDocumentIdentifier(uri=uri),
-                                                          position=position))
+    res = await c.text_document_hover_async(
+        t.HoverParams(text_document=t.TextDocumentIdentifier(uri=uri), position=position)
+    )
     if res is None:
         return None
     return res.contents.value  # type: ignore[union-attr]

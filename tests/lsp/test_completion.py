@@ -28,10 +28,18 @@ async def items_at(client, name: str, marked: str, language: str = "yaml") -> li
 async def test_join_path_after_dot(client):
     items = await items_at(client, "a.query.yaml", "source_model: orders\ndimensions:\n  - stores.§\n")
     assert [i.label for i in sorted(items, key=lambda i: i.sort_text)] == [
-        "id", "name", "city", "opened_at", "tax_rate", "orders"]
+        "id",
+        "name",
+        "city",
+        "opened_at",
+        "tax_rate",
+        "orders",
+    ]
     city = next(i for i in items if i.label == "city")
     assert city.kind == t.CompletionItemKind.Field and city.detail.startswith("TEXT")
-    assert city.text_edit.range == t.Range(start=t.Position(line=2, character=11), end=t.Position(line=2, character=11))
+    assert city.text_edit.range == t.Range(
+        start=t.Position(line=2, character=11), end=t.Position(line=2, character=11)
+    )
     join = next(i for i in items if i.label == "orders")
     assert join.kind == t.CompletionItemKind.Reference
 
@@ -46,13 +54,22 @@ async def test_inside_an_aggregation_call(client):
 
 async def test_source_model_and_hidden_models(client):
     items = await items_at(client, "c.query.yaml", "source_model: §\n")
-    assert {i.label for i in items} == {"customers", "order_items", "orders", "products", "stores", "supplies"}
+    assert {i.label for i in items} == {
+        "customers",
+        "order_items",
+        "orders",
+        "products",
+        "stores",
+        "supplies",
+    }
     items = await items_at(client, "d.query.yaml", "dimensions: [jaffle.§]\n")
     assert "supplies" not in {i.label for i in items}  # jaffle.supplies is hidden
 
 
 async def test_memory_entities(client):
-    items = await items_at(client, "memories/m.md", "---\nentities:\n- memory:help.§\n---\nbody\n", "markdown")
+    items = await items_at(
+        client, "memories/m.md", "---\nentities:\n- memory:help.§\n---\nbody\n", "markdown"
+    )
     assert {"help.intro", "help.joins"} <= {i.label for i in items}
     assert all(i.kind == t.CompletionItemKind.File for i in items)
     items = await items_at(client, "memories/n.md", "---\nentities:\n- jaffle.customers.§\n---\n", "markdown")
@@ -60,7 +77,9 @@ async def test_memory_entities(client):
 
 
 async def test_json_query(client):
-    items = await items_at(client, "e.query.json", '{"source_model": "orders", "filters": ["customers.ci§', "json")
+    items = await items_at(
+        client, "e.query.json", '{"source_model": "orders", "filters": ["customers.ci§', "json"
+    )
     assert [i.label for i in items if i.kind == t.CompletionItemKind.Field][:3] == ["id", "name", "city"]
 
 

@@ -44,8 +44,11 @@ async def daemon_saves(client, tag: str, count: int) -> list[tuple[str, str]]:
         assert got["created"] is True, got
         saved.append((got["id"], learning))
         if i % SHARED_EVERY == 0:
-            await request(client, "slayer/saveMemory", {
-                "learning": f"{tag} shared {i}", "entities": ["stores"], "id": "kb.shared"})
+            await request(
+                client,
+                "slayer/saveMemory",
+                {"learning": f"{tag} shared {i}", "entities": ["stores"], "id": "kb.shared"},
+            )
     return saved
 
 
@@ -60,10 +63,24 @@ async def keep_searching(client, stop: asyncio.Event) -> int:
 
 
 def start_slayer_workers(store, gate, home) -> list[subprocess.Popen]:
-    return [subprocess.Popen([oracle.slayer_python(), "-c", SLAYER_WORKER, str(store), f"slayer{k}",
-                              str(SLAYER_SAVES), str(gate)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=oracle.slayer_env(home))
-            for k in range(SLAYER_WORKERS)]
+    return [
+        subprocess.Popen(
+            [
+                oracle.slayer_python(),
+                "-c",
+                SLAYER_WORKER,
+                str(store),
+                f"slayer{k}",
+                str(SLAYER_SAVES),
+                str(gate),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=oracle.slayer_env(home),
+        )
+        for k in range(SLAYER_WORKERS)
+    ]
 
 
 async def wait_ready(workers: list[subprocess.Popen], gate) -> None:
@@ -90,7 +107,9 @@ async def test_daemon_and_slayer_cli_save_hundreds_of_memories_at_once(tmp_path_
         (gate / "go").touch()
         stop = asyncio.Event()
         searcher = asyncio.ensure_future(keep_searching(client, stop))
-        ours = await asyncio.gather(*(daemon_saves(client, f"lsp{k}", DAEMON_SAVES) for k in range(DAEMON_TASKS)))
+        ours = await asyncio.gather(
+            *(daemon_saves(client, f"lsp{k}", DAEMON_SAVES) for k in range(DAEMON_TASKS))
+        )
         results = await asyncio.gather(*(asyncio.to_thread(w.communicate, timeout=START_S) for w in workers))
         stop.set()
         assert await searcher > 0
@@ -116,13 +135,17 @@ async def test_daemon_and_slayer_cli_save_hundreds_of_memories_at_once(tmp_path_
         assert re.fullmatch(r"(lsp|slayer)\d shared \d+", loaded["memories"]["kb.shared"]["learning"])
 
         # the daemon sees the same store: SLayer's writes reach it through the watcher
-        await eventually(lambda: request(client, "slayer/status", {}),
-                         lambda s: s["counts"].get("memory") == len(expected), "the daemon to count every memory")
+        await eventually(
+            lambda: request(client, "slayer/status", {}),
+            lambda s: s["counts"].get("memory") == len(expected),
+            "the daemon to count every memory",
+        )
         refs = [f"memory:{memory_id}" for memory_id in sorted(expected)]
         items = (await request(client, "slayer/inspect", {"refs": refs}))["items"]
         assert [i.get("error") for i in items if i.get("error")] == []
         assert {i["canonical"]: i["learning"] for i in items} == {
-            f"memory:{m}": loaded["memories"][m]["learning"] for m in expected}
+            f"memory:{m}": loaded["memories"][m]["learning"] for m in expected
+        }
     finally:
         for w in workers:
             if w.poll() is None:

@@ -39,8 +39,11 @@ def _plain(value):
 
 
 async def search(client, question: str, **params) -> dict:
-    return _plain(await client.protocol.send_request_async("slayer/search", {"question": question,
-                                                                             "max_results": 5, **params}))
+    return _plain(
+        await client.protocol.send_request_async(
+            "slayer/search", {"question": question, "max_results": 5, **params}
+        )
+    )
 
 
 def embedded(s: dict) -> bool:
@@ -54,7 +57,9 @@ async def test_meaning_is_found_once_the_worker_has_embedded(client):
         assert all(w.startswith("dense:") for w in early["warnings"])
     else:  # a complete answer only once everything is embedded
         assert embedded(await status(client))
-    s = await eventually(lambda: status(client), embedded, "the worker to embed the store", timeout=EMBED_WAIT_S)
+    s = await eventually(
+        lambda: status(client), embedded, "the worker to embed the store", timeout=EMBED_WAIT_S
+    )
     e = s["embedding"]
     assert e["model"] == "local/all-MiniLM-L6-v2-int8" and e["dim"] == 384 and e["failed"] == 0
     assert e["rows"] == e["embedded"] + e["reused"] and e["warnings"] == []
@@ -69,16 +74,27 @@ async def test_meaning_is_found_once_the_worker_has_embedded(client):
 
 async def test_switching_the_channel_off_and_on(client):
     await eventually(lambda: status(client), embedded, "the worker to embed the store", timeout=EMBED_WAIT_S)
-    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
-        settings={"slayerLsp": {"embedding": {"enable": False}}}))
-    s = await eventually(lambda: status(client), lambda s: s.get("ready") and s["options"]["embedding"]["enable"]
-                         is False, "the engine without embeddings")
+    client.workspace_did_change_configuration(
+        t.DidChangeConfigurationParams(settings={"slayerLsp": {"embedding": {"enable": False}}})
+    )
+    s = await eventually(
+        lambda: status(client),
+        lambda s: s.get("ready") and s["options"]["embedding"]["enable"] is False,
+        "the engine without embeddings",
+    )
     assert s["embedding"] is None
     assert (await search(client, QUESTION))["results"] == []  # lexically, nothing matches
 
-    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
-        settings={"slayerLsp": {"embedding": {"enable": True}}}))
-    s = await eventually(lambda: status(client), lambda s: s.get("ready") and embedded(s),
-                         "the engine with embeddings again", timeout=EMBED_WAIT_S)
+    client.workspace_did_change_configuration(
+        t.DidChangeConfigurationParams(settings={"slayerLsp": {"embedding": {"enable": True}}})
+    )
+    s = await eventually(
+        lambda: status(client),
+        lambda s: s.get("ready") and embedded(s),
+        "the engine with embeddings again",
+        timeout=EMBED_WAIT_S,
+    )
     assert s["embedding"]["embedded"] == 0  # the rows were loaded from the store, nothing embedded again
-    assert "kb.revenue" in [h["id"] for h in (await search(client, QUESTION, kinds=["memory"], limit=3))["results"]]
+    assert "kb.revenue" in [
+        h["id"] for h in (await search(client, QUESTION, kinds=["memory"], limit=3))["results"]
+    ]

@@ -47,7 +47,9 @@ async def test_query_problems_are_pushed(client):
     unknown = next(d for d in found if d.code == "unknown-entity")
     assert unknown.severity == t.DiagnosticSeverity.Error and unknown.source == "slayer"
     assert unknown.message == "Entity 'stauts' not found in any datasource (checked all known datasources)."
-    assert unknown.range == t.Range(start=t.Position(line=1, character=13), end=t.Position(line=1, character=19))
+    assert unknown.range == t.Range(
+        start=t.Position(line=1, character=13), end=t.Position(line=1, character=19)
+    )
     hidden = next(d for d in found if d.code == "hidden-entity")
     assert hidden.severity == t.DiagnosticSeverity.Warning
 
@@ -56,17 +58,26 @@ async def test_quick_fixes(client):
     uri = "file:///ws/a.query.yaml"
     found = await diagnostics(client, uri, lambda d: len(d) == 3)
     unknown = next(d for d in found if d.code == "unknown-entity")
-    actions = await client.text_document_code_action_async(t.CodeActionParams(
-        text_document=t.TextDocumentIdentifier(uri=uri), range=unknown.range,
-        context=t.CodeActionContext(diagnostics=[unknown])))
+    actions = await client.text_document_code_action_async(
+        t.CodeActionParams(
+            text_document=t.TextDocumentIdentifier(uri=uri),
+            range=unknown.range,
+            context=t.CodeActionContext(diagnostics=[unknown]),
+        )
+    )
     assert [a.title for a in actions] == ["Change to 'status'"]
     (action,) = actions
     assert action.kind == t.CodeActionKind.QuickFix and action.is_preferred
     assert list(action.edit.changes[uri]) == [t.TextEdit(range=unknown.range, new_text="status")]
     assert action.diagnostics[0].code == "unknown-entity"
     field = next(d for d in found if d.code == "unknown-query-field")
-    actions = await client.text_document_code_action_async(t.CodeActionParams(
-        text_document=t.TextDocumentIdentifier(uri=uri), range=field.range, context=t.CodeActionContext(diagnostics=[])))
+    actions = await client.text_document_code_action_async(
+        t.CodeActionParams(
+            text_document=t.TextDocumentIdentifier(uri=uri),
+            range=field.range,
+            context=t.CodeActionContext(diagnostics=[]),
+        )
+    )
     assert [a.edit.changes[uri][0].new_text for a in actions] == ["limit"]
 
 
@@ -94,20 +105,31 @@ async def test_close_clears(client):
 
 async def test_memory_file(client):
     uri = "file:///ws/memories/m.md"
-    open_doc(client, uri, "---\nentities:\n- jaffle.customers.loyalty_tier\n- orders.status\n"
-                          "query:\n  source_model: orders\n  dimensions: [statuz]\n---\nText.\n", "markdown")
+    open_doc(
+        client,
+        uri,
+        "---\nentities:\n- jaffle.customers.loyalty_tier\n- orders.status\n"
+        "query:\n  source_model: orders\n  dimensions: [statuz]\n---\nText.\n",
+        "markdown",
+    )
     found = await diagnostics(client, uri, lambda d: len(d) == 3)
     assert codes(found) == [("stale-query", 6), ("stale-tag", 2), ("stale-tag", 3)]
 
 
 async def test_store_model_file_shows_load_issues(client):
     path = client.store / "models" / "jaffle" / "orders.yaml"
-    text = path.read_text().replace("name: orders\n", "name: orders\nversion: 99\n", 1).replace(
-        "version: 15\n", "", 1)
+    text = (
+        path.read_text()
+        .replace("name: orders\n", "name: orders\nversion: 99\n", 1)
+        .replace("version: 15\n", "", 1)
+    )
     path.write_text(text)  # a newer document version: loaded best effort, with a note
     uri = uri_of(path)
-    await eventually(lambda: client.protocol.send_request_async("slayer/status", {}),
-                     lambda s: any("newer than the known version" in i for i in s.issues), "reload")
+    await eventually(
+        lambda: client.protocol.send_request_async("slayer/status", {}),
+        lambda s: any("newer than the known version" in i for i in s.issues),
+        "reload",
+    )
     open_doc(client, uri, text)
     found = await diagnostics(client, uri, lambda d: any(x.code == "load-issue" for x in d))
     assert any("SlayerModel version 99 is newer" in x.message for x in found)

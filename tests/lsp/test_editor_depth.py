@@ -57,7 +57,9 @@ def _apply(text: str, edits: list[t.TextEdit]) -> str:
     lines = text.split("\n")
     for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
         line = lines[e.range.start.line]
-        lines[e.range.start.line] = line[: e.range.start.character] + e.new_text + line[e.range.end.character:]
+        lines[e.range.start.line] = (
+            line[: e.range.start.character] + e.new_text + line[e.range.end.character :]
+        )
     return "\n".join(lines)
 
 
@@ -65,8 +67,9 @@ async def test_prepare_rename_names_the_segment_under_the_cursor(client):
     uri = "file:///tmp/prep.query.yaml"
     text, position = pos("source_model: orders\ndimensions: [sto§res.name]\n", encoding=encoding_of(client))
     open_doc(client, uri, text)
-    got = await client.text_document_prepare_rename_async(t.PrepareRenameParams(
-        text_document=doc_id(uri), position=position))
+    got = await client.text_document_prepare_rename_async(
+        t.PrepareRenameParams(text_document=doc_id(uri), position=position)
+    )
     assert isinstance(got, t.PrepareRenamePlaceholder)
     assert got.placeholder == "stores"
     assert (got.range.start.character, got.range.end.character) == (13, 19)
@@ -77,17 +80,21 @@ async def test_prepare_rename_refuses_a_keyword_position(client):
     text, position = pos("source_model: orders\nlim§it: 3\n", encoding=encoding_of(client))
     open_doc(client, uri, text)
     with pytest.raises(JsonRpcException, match="nothing to rename here"):
-        await client.text_document_prepare_rename_async(t.PrepareRenameParams(
-            text_document=doc_id(uri), position=position))
+        await client.text_document_prepare_rename_async(
+            t.PrepareRenameParams(text_document=doc_id(uri), position=position)
+        )
 
 
 async def test_rename_a_column_across_queries_memories_and_the_model(client):
     uri = "file:///tmp/open.query.yaml"
-    text, position = pos("source_model: orders\nmeasures: [sum(order_to§tal)]\nfilters: ['order_total > 10']\n",
-                         encoding=encoding_of(client))
+    text, position = pos(
+        "source_model: orders\nmeasures: [sum(order_to§tal)]\nfilters: ['order_total > 10']\n",
+        encoding=encoding_of(client),
+    )
     open_doc(client, uri, text)
-    edit = await client.text_document_rename_async(t.RenameParams(
-        text_document=doc_id(uri), position=position, new_name="grand_total"))
+    edit = await client.text_document_rename_async(
+        t.RenameParams(text_document=doc_id(uri), position=position, new_name="grand_total")
+    )
     by_uri, renames = _edits_by_uri(edit)
     assert renames == []
     assert _apply(text, by_uri[uri]) == text.replace("order_total", "grand_total")
@@ -105,8 +112,11 @@ async def test_rename_a_column_across_queries_memories_and_the_model(client):
         assert edit.document_changes and edit.change_annotations
         (note,) = edit.change_annotations.values()
         assert note.needs_confirmation is True
-        store_edits = [c for c in edit.document_changes if isinstance(c, t.TextDocumentEdit)
-                       and c.text_document.uri == uri_of(model)]
+        store_edits = [
+            c
+            for c in edit.document_changes
+            if isinstance(c, t.TextDocumentEdit) and c.text_document.uri == uri_of(model)
+        ]
         assert all(isinstance(e, t.AnnotatedTextEdit) for e in store_edits[0].edits)
 
 
@@ -130,23 +140,31 @@ async def test_rename_a_model_renames_its_file_and_every_path(client):
     assert "- target_model: shops\n" in _apply(orders.read_text(), by_uri[uri_of(orders)])
     assert "name: shops\n" in _apply(old.read_text(), by_uri[uri_of(old)])
     # the text edits of the renamed file come before its rename
-    kinds = [(type(c).__name__, getattr(c, "old_uri", None) or c.text_document.uri) for c in edit.document_changes]
+    kinds = [
+        (type(c).__name__, getattr(c, "old_uri", None) or c.text_document.uri) for c in edit.document_changes
+    ]
     assert kinds.index(("RenameFile", uri_of(old))) > kinds.index(("TextDocumentEdit", uri_of(old)))
 
 
-@pytest.mark.parametrize("new_name, message", [
-    ("subtotal", "already exists"),
-    ("1st", "not a valid name"),
-    ("order total", "not a valid name"),
-    ("and", "keyword"),
-])
+@pytest.mark.parametrize(
+    "new_name, message",
+    [
+        ("subtotal", "already exists"),
+        ("1st", "not a valid name"),
+        ("order total", "not a valid name"),
+        ("and", "keyword"),
+    ],
+)
 async def test_rename_refuses_collisions_and_invalid_names(client, new_name, message):
     uri = "file:///tmp/refuse.query.yaml"
-    text, position = pos("source_model: orders\nmeasures: [sum(order_to§tal)]\n", encoding=encoding_of(client))
+    text, position = pos(
+        "source_model: orders\nmeasures: [sum(order_to§tal)]\n", encoding=encoding_of(client)
+    )
     open_doc(client, uri, text)
     with pytest.raises(JsonRpcException, match=message):
-        await client.text_document_rename_async(t.RenameParams(
-            text_document=doc_id(uri), position=position, new_name=new_name))
+        await client.text_document_rename_async(
+            t.RenameParams(text_document=doc_id(uri), position=position, new_name=new_name)
+        )
 
 
 async def test_impact_request_and_command(client):
@@ -159,8 +177,9 @@ async def test_impact_request_and_command(client):
     # transitively through the measure: memories tagged with total_revenue
     via = [u for u in got.uses if u.kind == "memory" and list(u.via) == ["jaffle.orders.total_revenue"]]
     assert via and all(u.location.uri.startswith("file://") for u in via)
-    same = await client.workspace_execute_command_async(t.ExecuteCommandParams(
-        command="slayer.impact", arguments=["jaffle.orders.order_total"]))
+    same = await client.workspace_execute_command_async(
+        t.ExecuteCommandParams(command="slayer.impact", arguments=["jaffle.orders.order_total"])
+    )
     assert same["summary"] == got.summary
     with pytest.raises(JsonRpcInvalidParams, match="not a canonical id"):
         await client.protocol.send_request_async("slayer/impact", {"entity": "nope.nothing"})
@@ -172,7 +191,9 @@ async def test_impact_of_a_join_key_reaches_queries_through_the_join(client):
     got = await client.protocol.send_request_async("slayer/impact", {"entity": "jaffle.orders.store_id"})
     joins = [u for u in got.uses if u.kind == "join"]
     assert joins and joins[0].name.startswith("jaffle.orders → stores")
-    through = [u for u in got.uses if u.kind == "query" and u.via and u.via[0].startswith("jaffle.orders → stores")]
+    through = [
+        u for u in got.uses if u.kind == "query" and u.via and u.via[0].startswith("jaffle.orders → stores")
+    ]
     assert through, got.uses
 
 
@@ -194,14 +215,16 @@ async def test_signature_help_in_builtin_and_custom_aggregations(client):
     uri = "file:///tmp/sig.query.yaml"
     text, position = pos("source_model: orders\nmeasures:\n- weighted_avg(subtotal, §\n", encoding=enc)
     open_doc(client, uri, text)
-    got = await client.text_document_signature_help_async(t.SignatureHelpParams(
-        text_document=doc_id(uri), position=position))
+    got = await client.text_document_signature_help_async(
+        t.SignatureHelpParams(text_document=doc_id(uri), position=position)
+    )
     assert got.signatures[0].label == "weighted_avg(value, weight)" and got.active_parameter == 1
     uri2 = "file:///tmp/sig2.query.yaml"
     text, position = pos("source_model: orders\nmeasures:\n- avg_nonzero(§\n", encoding=enc)
     open_doc(client, uri2, text)
-    got = await client.text_document_signature_help_async(t.SignatureHelpParams(
-        text_document=doc_id(uri2), position=position))
+    got = await client.text_document_signature_help_async(
+        t.SignatureHelpParams(text_document=doc_id(uri2), position=position)
+    )
     assert got.signatures[0].label == "avg_nonzero(value)"
     assert "non-zero" in str(got.signatures[0].documentation)
 
@@ -210,13 +233,15 @@ async def test_inlay_hints_show_canonical_ids(client):
     uri = "file:///tmp/hints.query.yaml"
     text = "source_model: orders\ndimensions: [status, stores.name, jaffle.orders.ordered_at]\n"
     open_doc(client, uri, text)
-    got = await client.text_document_inlay_hint_async(t.InlayHintParams(
-        text_document=doc_id(uri), range=t.Range(start=t.Position(line=0, character=0),
-                                                 end=t.Position(line=2, character=0))))
+    got = await client.text_document_inlay_hint_async(
+        t.InlayHintParams(
+            text_document=doc_id(uri),
+            range=t.Range(start=t.Position(line=0, character=0), end=t.Position(line=2, character=0)),
+        )
+    )
     labels = [(h.position.line, h.label.strip()) for h in got]
     assert (1, "→ jaffle.orders.status") in labels and (1, "→ jaffle.stores.name") in labels
     assert not any("ordered_at" in lab for _, lab in labels)  # already canonical
-
 
 
 # --------------------------------------------------------------------------- a SQLite store
@@ -227,8 +252,12 @@ needs_slayer = pytest.mark.skipif(oracle.slayer_python() is None, reason=oracle.
 def _rows(db) -> dict[str, str]:
     conn = sqlite3.connect(db)
     try:
-        return dict(conn.execute("SELECT 'models/' || data_source || '.' || name, data FROM models "
-                                 "UNION ALL SELECT 'memories/' || id, data FROM memories").fetchall())
+        return dict(
+            conn.execute(
+                "SELECT 'models/' || data_source || '.' || name, data FROM models "
+                "UNION ALL SELECT 'memories/' || id, data FROM memories"
+            ).fetchall()
+        )
     finally:
         conn.close()
 
@@ -253,12 +282,14 @@ async def test_rename_in_a_sqlite_store_writes_rows_only_through_the_code_action
         before = _rows(db)
         for new_name, message in [("orders", "already exists"), ("2shops", "not a valid name")]:
             with pytest.raises(JsonRpcException, match=message):
-                await c.text_document_rename_async(t.RenameParams(text_document=doc_id(uri), position=position,
-                                                                  new_name=new_name))
+                await c.text_document_rename_async(
+                    t.RenameParams(text_document=doc_id(uri), position=position, new_name=new_name)
+                )
         assert await c.text_document_code_action_async(_refactor_params(uri)) is None  # nothing pending
 
-        edit = await c.text_document_rename_async(t.RenameParams(text_document=doc_id(uri), position=position,
-                                                                 new_name="shops"))
+        edit = await c.text_document_rename_async(
+            t.RenameParams(text_document=doc_id(uri), position=position, new_name="shops")
+        )
         by_uri, renames = _edits_by_uri(edit)
         assert renames == [] and set(by_uri) == {uri, uri_of(ws / "queries" / "by_store.yaml")}
         assert _apply(text, by_uri[uri]) == text.replace("stores", "shops")
@@ -273,8 +304,9 @@ async def test_rename_in_a_sqlite_store_writes_rows_only_through_the_code_action
             assert "slayer.applyStoreRename " + action.command.arguments[0] in note.description
             assert all(isinstance(e, t.AnnotatedTextEdit) for e in by_uri[uri])
 
-        done = await c.workspace_execute_command_async(t.ExecuteCommandParams(
-            command=action.command.command, arguments=action.command.arguments))
+        done = await c.workspace_execute_command_async(
+            t.ExecuteCommandParams(command=action.command.command, arguments=action.command.arguments)
+        )
         assert done == {"entity": "jaffle.stores", "new_entity": "jaffle.shops", "models": 2, "memories": 3}
         after = _rows(db)
         assert set(after) == (set(before) - {"models/jaffle.stores"}) | {"models/jaffle.shops"}
@@ -285,8 +317,9 @@ async def test_rename_in_a_sqlite_store_writes_rows_only_through_the_code_action
         with pytest.raises(JsonRpcInvalidParams, match="not a canonical id"):
             await c.protocol.send_request_async("slayer/impact", {"entity": "jaffle.stores"})
         with pytest.raises(JsonRpcInvalidParams, match="no pending store rename"):  # written once
-            await c.workspace_execute_command_async(t.ExecuteCommandParams(
-                command=action.command.command, arguments=action.command.arguments))
+            await c.workspace_execute_command_async(
+                t.ExecuteCommandParams(command=action.command.command, arguments=action.command.arguments)
+            )
     finally:
         await stop_client(c)
 
@@ -298,8 +331,11 @@ async def test_rename_in_a_sqlite_store_writes_rows_only_through_the_code_action
     assert "shops" in joins and "stores" not in joins
     assert "jaffle.shops.name" in memories["memories"]["6"]["entities"]
     assert memories["memories"]["6"]["query"]["dimensions"][0]["model"] == "shops"
-    assert not any(e == "jaffle.stores" or e.startswith("jaffle.stores.")
-                   for m in memories["memories"].values() for e in m["entities"])
+    assert not any(
+        e == "jaffle.stores" or e.startswith("jaffle.stores.")
+        for m in memories["memories"].values()
+        for e in m["entities"]
+    )
 
 
 def _structure_code_actions_by_spec(c) -> None:
@@ -309,10 +345,13 @@ def _structure_code_actions_by_spec(c) -> None:
 
     def hook(obj, _type):
         return converter.structure(obj, t.Command if isinstance(obj.get("command"), str) else t.CodeAction)
+
     converter.register_structure_hook(Union[t.Command, t.CodeAction], hook)  # noqa: UP007 - the registered key
 
 
 def _refactor_params(uri: str) -> t.CodeActionParams:
-    return t.CodeActionParams(text_document=doc_id(uri), range=t.Range(start=t.Position(line=0, character=0),
-                                                                       end=t.Position(line=0, character=0)),
-                              context=t.CodeActionContext(diagnostics=[], only=[t.CodeActionKind.Refactor]))
+    return t.CodeActionParams(
+        text_document=doc_id(uri),
+        range=t.Range(start=t.Position(line=0, character=0), end=t.Position(line=0, character=0)),
+        context=t.CodeActionContext(diagnostics=[], only=[t.CodeActionKind.Refactor]),
+    )

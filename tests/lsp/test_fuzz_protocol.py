@@ -34,9 +34,17 @@ pytestmark = pytest.mark.slow  # every test here takes seconds (CI runs them; -m
 RSS_LIMIT_KB = 1_500_000  # 1.5 GB
 # Shrinking replays failing examples against the live daemon, each costing a deadline: the failing
 # batch is reported as generated instead.
-FUZZ = settings(deadline=None, database=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much])
+FUZZ = settings(
+    deadline=None,
+    database=None,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.filter_too_much,
+    ],
+)
 TOTAL = Counter()  # cases per test, for the summary
 FIGURES: dict[str, Any] = {}
 
@@ -53,63 +61,189 @@ TEMPLATES: dict[str, Any] = {
     "initialized": {},
     "textDocument/hover": {"textDocument": TD, "position": POS},
     "textDocument/definition": {"textDocument": TD, "position": POS},
-    "textDocument/completion": {"textDocument": TD, "position": POS,
-                                "context": {"triggerKind": 2, "triggerCharacter": "."}},
+    "textDocument/completion": {
+        "textDocument": TD,
+        "position": POS,
+        "context": {"triggerKind": 2, "triggerCharacter": "."},
+    },
     "textDocument/references": {"textDocument": TD, "position": POS, "context": {"includeDeclaration": True}},
     "textDocument/documentSymbol": {"textDocument": TD},
-    "textDocument/codeAction": {"textDocument": TD, "range": RANGE, "context": {
-        "diagnostics": [{"range": RANGE, "message": "m", "code": "unknown-entity", "severity": 1, "source": "slayer"}],
-        "only": ["quickfix"]}},
+    "textDocument/codeAction": {
+        "textDocument": TD,
+        "range": RANGE,
+        "context": {
+            "diagnostics": [
+                {"range": RANGE, "message": "m", "code": "unknown-entity", "severity": 1, "source": "slayer"}
+            ],
+            "only": ["quickfix"],
+        },
+    },
     "workspace/symbol": {"query": "orders"},
-    "textDocument/didOpen": {"textDocument": {"uri": OPEN, "languageId": "yaml", "version": 1, "text": DOC_TEXT}},
-    "textDocument/didChange": {"textDocument": {"uri": OPEN, "version": 2},
-                               "contentChanges": [{"range": RANGE, "text": "source"}, {"text": DOC_TEXT}]},
+    "textDocument/didOpen": {
+        "textDocument": {"uri": OPEN, "languageId": "yaml", "version": 1, "text": DOC_TEXT}
+    },
+    "textDocument/didChange": {
+        "textDocument": {"uri": OPEN, "version": 2},
+        "contentChanges": [{"range": RANGE, "text": "source"}, {"text": DOC_TEXT}],
+    },
     "textDocument/didSave": {"textDocument": {"uri": OPEN}, "text": DOC_TEXT},
     "textDocument/didClose": {"textDocument": {"uri": OPEN}},
-    "workspace/didChangeConfiguration": {"settings": {"slayerLsp": {
-        "diagnostics": {"enable": True, "debounceMs": 5}, "hover": {"maxChars": 3000},
-        "scope": {"datasources": [], "accessTags": []}, "files": {"queryPatterns": ["**/*.query.yaml"]}}}},
-    "workspace/didChangeWorkspaceFolders": {"event": {"added": [{"uri": "file:///ws2", "name": "ws2"}], "removed": []}},
+    "workspace/didChangeConfiguration": {
+        "settings": {
+            "slayerLsp": {
+                "diagnostics": {"enable": True, "debounceMs": 5},
+                "hover": {"maxChars": 3000},
+                "scope": {"datasources": [], "accessTags": []},
+                "files": {"queryPatterns": ["**/*.query.yaml"]},
+            }
+        }
+    },
+    "workspace/didChangeWorkspaceFolders": {
+        "event": {"added": [{"uri": "file:///ws2", "name": "ws2"}], "removed": []}
+    },
     "workspace/executeCommand": {"command": "slayer.status", "arguments": [{}]},
     "$/setTrace": {"value": "off"},
     "$/cancelRequest": {"id": "never-sent"},
     "window/workDoneProgress/cancel": {"token": "token"},
     "notebookDocument/didOpen": {
-        "notebookDocument": {"uri": "file:///ws/n.ipynb", "notebookType": "jupyter-notebook", "version": 1,
-                             "cells": [{"kind": 2, "document": "file:///ws/n.ipynb#c1"}]},
-        "cellTextDocuments": [{"uri": "file:///ws/n.ipynb#c1", "languageId": "yaml", "version": 1, "text": "x"}]},
+        "notebookDocument": {
+            "uri": "file:///ws/n.ipynb",
+            "notebookType": "jupyter-notebook",
+            "version": 1,
+            "cells": [{"kind": 2, "document": "file:///ws/n.ipynb#c1"}],
+        },
+        "cellTextDocuments": [
+            {"uri": "file:///ws/n.ipynb#c1", "languageId": "yaml", "version": 1, "text": "x"}
+        ],
+    },
     "notebookDocument/didChange": {
         "notebookDocument": {"uri": "file:///ws/n.ipynb", "version": 2},
-        "change": {"cells": {"textContent": [{"document": {"uri": "file:///ws/n.ipynb#c1", "version": 2},
-                                              "changes": [{"text": "y"}]}]}}},
-    "notebookDocument/didClose": {"notebookDocument": {"uri": "file:///ws/n.ipynb"},
-                                  "cellTextDocuments": [{"uri": "file:///ws/n.ipynb#c1"}]},
-    "slayer/search": {"question": "revenue by customer", "entities": ["orders"], "datasource": "shop",
-                      "max_results": 5, "compact": True, "cypher_filter": "MATCH (m:Model) RETURN m.id AS id"},
+        "change": {
+            "cells": {
+                "textContent": [
+                    {"document": {"uri": "file:///ws/n.ipynb#c1", "version": 2}, "changes": [{"text": "y"}]}
+                ]
+            }
+        },
+    },
+    "notebookDocument/didClose": {
+        "notebookDocument": {"uri": "file:///ws/n.ipynb"},
+        "cellTextDocuments": [{"uri": "file:///ws/n.ipynb#c1"}],
+    },
+    "slayer/search": {
+        "question": "revenue by customer",
+        "entities": ["orders"],
+        "datasource": "shop",
+        "max_results": 5,
+        "compact": True,
+        "cypher_filter": "MATCH (m:Model) RETURN m.id AS id",
+    },
     "slayer/inspect": {"refs": ["shop.orders", "orders.status"]},
     "slayer/status": {},
     "slayer/saveMemory": {"learning": "fuzzed learning", "entities": ["shop.orders"], "description": "fuzz"},
     "slayer/forgetMemory": {"id": "never-saved"},
 }
-NOTIFICATIONS = {"initialized", "exit", "textDocument/didOpen", "textDocument/didChange", "textDocument/didSave",
-                 "textDocument/didClose", "workspace/didChangeConfiguration", "workspace/didChangeWorkspaceFolders",
-                 "$/setTrace", "$/cancelRequest", "window/workDoneProgress/cancel", "notebookDocument/didOpen",
-                 "notebookDocument/didChange", "notebookDocument/didClose", "notebookDocument/didSave"}
+NOTIFICATIONS = {
+    "initialized",
+    "exit",
+    "textDocument/didOpen",
+    "textDocument/didChange",
+    "textDocument/didSave",
+    "textDocument/didClose",
+    "workspace/didChangeConfiguration",
+    "workspace/didChangeWorkspaceFolders",
+    "$/setTrace",
+    "$/cancelRequest",
+    "window/workDoneProgress/cancel",
+    "notebookDocument/didOpen",
+    "notebookDocument/didChange",
+    "notebookDocument/didClose",
+    "notebookDocument/didSave",
+}
 LIFECYCLE = {"shutdown", "exit"}  # they end the session: exercised in test_lifecycle_edges only
 CONFIG_KEYS_KEPT_OUT = {"storage", "embedding"}  # the fuzzed session stays on its store, with no model
 
 NASTY_STRINGS = [
-    "", " ", "\x00", "\x00\x01\x1b[31m", "\ud800", "\udfff\ud800", "\u202e\u2066", "\ufeff", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 👩‍👩‍👧",
-    "../../etc/passwd", "/etc/passwd", "file:///etc/passwd", "C:\\Windows\\win.ini", "memory:1", "memory:../x",
-    "shop.orders", "orders.", "orders.status", "*", "**/*", "<script>alert(1)</script>", "](javascript:alert(1))",
-    "MATCH (n) DETACH DELETE n", "MATCH (n) RETURN n.id AS id", "Content-Length: 5\r\n\r\n{}", "\r\n\r\n",
-    "%s%n%x", "' OR 1=1 --", "a" * 10_000, "9" * 400, "-0", "1e999", "NaN", "null", "true", "{}", "[]",
+    "",
+    " ",
+    "\x00",
+    "\x00\x01\x1b[31m",
+    "\ud800",
+    "\udfff\ud800",
+    "\u202e\u2066",
+    "\ufeff",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 👩‍👩‍👧",
+    "../../etc/passwd",
+    "/etc/passwd",
+    "file:///etc/passwd",
+    "C:\\Windows\\win.ini",
+    "memory:1",
+    "memory:../x",
+    "shop.orders",
+    "orders.",
+    "orders.status",
+    "*",
+    "**/*",
+    "<script>alert(1)</script>",
+    "](javascript:alert(1))",
+    "MATCH (n) DETACH DELETE n",
+    "MATCH (n) RETURN n.id AS id",
+    "Content-Length: 5\r\n\r\n{}",
+    "\r\n\r\n",
+    "%s%n%x",
+    "' OR 1=1 --",
+    "a" * 10_000,
+    "9" * 400,
+    "-0",
+    "1e999",
+    "NaN",
+    "null",
+    "true",
+    "{}",
+    "[]",
 ]
-KNOWN_KEYS = sorted({
-    "uri", "text", "position", "line", "character", "range", "start", "end", "textDocument", "context", "question",
-    "entities", "query", "datasource", "max_results", "cypher_filter", "compact", "refs", "learning", "id",
-    "description", "command", "arguments", "settings", "diagnostics", "enable", "debounceMs", "hover", "maxChars",
-    "scope", "datasources", "files", "queryPatterns", "version", "contentChanges", "value", "token", "kind"})
+KNOWN_KEYS = sorted(
+    {
+        "uri",
+        "text",
+        "position",
+        "line",
+        "character",
+        "range",
+        "start",
+        "end",
+        "textDocument",
+        "context",
+        "question",
+        "entities",
+        "query",
+        "datasource",
+        "max_results",
+        "cypher_filter",
+        "compact",
+        "refs",
+        "learning",
+        "id",
+        "description",
+        "command",
+        "arguments",
+        "settings",
+        "diagnostics",
+        "enable",
+        "debounceMs",
+        "hover",
+        "maxChars",
+        "scope",
+        "datasources",
+        "files",
+        "queryPatterns",
+        "version",
+        "contentChanges",
+        "value",
+        "token",
+        "kind",
+    }
+)
 
 
 def registered() -> tuple[list[str], list[str]]:
@@ -149,14 +283,21 @@ for _cmd in COMMANDS:
 # ---------------------------------------------------------------------------------------- strategies
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=2**31 - 2, max_value=2**70),
-    st.integers(min_value=-(2**70), max_value=-1), st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=30), st.sampled_from(NASTY_STRINGS),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=2**31 - 2, max_value=2**70),
+    st.integers(min_value=-(2**70), max_value=-1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=30),
+    st.sampled_from(NASTY_STRINGS),
 )
 json_values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8) | st.sampled_from(KNOWN_KEYS),
-                                                                inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=8) | st.sampled_from(KNOWN_KEYS), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -222,21 +363,31 @@ def _sanitized(method: str, params: Any) -> Any:
     return strip(params)
 
 
-ID_TYPES = st.sampled_from(["<int>", "<str>"]) | st.none() | st.booleans() | st.floats(allow_nan=False) | \
-    st.lists(st.integers(), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
-envelopes = st.fixed_dictionaries({}, optional={
-    "jsonrpc": st.just("2.0") | st.just("2.0") | json_values,
-    "id": ID_TYPES,
-    "method": st.sampled_from(FUZZ_METHODS + ["x/unknown", "", "$/unknown"]) | json_values.filter(
-        lambda m: not (isinstance(m, str) and m in LIFECYCLE)),
-    "params": json_values,
-    "result": json_values,
-    "error": json_values,
-})
+ID_TYPES = (
+    st.sampled_from(["<int>", "<str>"])
+    | st.none()
+    | st.booleans()
+    | st.floats(allow_nan=False)
+    | st.lists(st.integers(), max_size=2)
+    | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+)
+envelopes = st.fixed_dictionaries(
+    {},
+    optional={
+        "jsonrpc": st.just("2.0") | st.just("2.0") | json_values,
+        "id": ID_TYPES,
+        "method": st.sampled_from(FUZZ_METHODS + ["x/unknown", "", "$/unknown"])
+        | json_values.filter(lambda m: not (isinstance(m, str) and m in LIFECYCLE)),
+        "params": json_values,
+        "result": json_values,
+        "error": json_values,
+    },
+)
 bodies = st.one_of(envelopes, envelopes, json_values, st.lists(envelopes, max_size=3))
 
 
 # ---------------------------------------------------------------------------------------- expectations
+
 
 def _valid_id(value: Any) -> bool:
     return isinstance(value, (int, str)) and not isinstance(value, bool)
@@ -273,11 +424,14 @@ class Tracker:
         """Round trip a probe (everything sent before it has been read by then), then check."""
         probe = self.d.request("slayer/status", {})
         missing = self.d.wait_for([*self.ids, probe])
-        assert not missing, f"{what}: unanswered after {DEADLINE_S:g} s: {missing[:10]} (alive: {self.d.alive()})"
+        assert not missing, (
+            f"{what}: unanswered after {DEADLINE_S:g} s: {missing[:10]} (alive: {self.d.alive()})"
+        )
         assert self.d.alive(), f"{what}: the daemon died"
         got = self.d.wait_null_errors(self.null_errors, timeout=5)
-        assert got == self.null_errors, f"{what}: {got} errors with id null, expected {self.null_errors}: " \
-                                        f"{self.d.null_errors[-3:]}"
+        assert got == self.null_errors, (
+            f"{what}: {got} errors with id null, expected {self.null_errors}: {self.d.null_errors[-3:]}"
+        )
         assert not self.d.output_problems, self.d.output_problems[:5]
         dup = self.d.duplicates()
         assert not dup, f"{what}: ids answered more than once: {list(dup.items())[:5]}"
@@ -313,22 +467,27 @@ def healthy(d: RawDaemon) -> None:
 
 # ---------------------------------------------------------------------------------------- fixtures
 
+
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
     d = RawDaemon(copy_shop(root), root / "daemon.log")
     started = time.monotonic()
     d.initialize()
-    d.notify("textDocument/didOpen", {"textDocument": {"uri": DOC, "languageId": "yaml", "version": 1,
-                                                       "text": DOC_TEXT}})
+    d.notify(
+        "textDocument/didOpen",
+        {"textDocument": {"uri": DOC, "languageId": "yaml", "version": 1, "text": DOC_TEXT}},
+    )
     healthy(d)
     FIGURES["rss_start_kb"] = d.rss_kb()
     yield d
     FIGURES["rss_end_kb"] = d.rss_kb() if d.alive() else None
     FIGURES["seconds"] = round(time.monotonic() - started, 1)
     code = d.stop()
-    print(f"\n[fuzz] cases per test: {dict(TOTAL)}; total {sum(TOTAL.values())}; messages sent to the shared "
-          f"daemon: {dict(d.sent)}; {FIGURES}; exit code {code}")
+    print(
+        f"\n[fuzz] cases per test: {dict(TOTAL)}; total {sum(TOTAL.values())}; messages sent to the shared "
+        f"daemon: {dict(d.sent)}; {FIGURES}; exit code {code}"
+    )
 
 
 def _count(name: str, n: int) -> None:
@@ -336,6 +495,7 @@ def _count(name: str, n: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------- tests
+
 
 def test_lifecycle_edges(tmp_path):
     """Before initialize: -32002 for every request, notifications dropped; a bad initialize is refused
@@ -400,8 +560,14 @@ def test_exit_without_shutdown_exits_1(tmp_path):
     _count("lifecycle", 2)
 
 
-def _case(name: str, data: bytes, ids: list[Any] = (), null_errors: int = 0, lost: list[Any] = (),
-          bytewise: bool = False):
+def _case(
+    name: str,
+    data: bytes,
+    ids: list[Any] = (),
+    null_errors: int = 0,
+    lost: list[Any] = (),
+    bytewise: bool = False,
+):
     return pytest.param(data, list(ids), null_errors, list(lost), bytewise, id=name)
 
 
@@ -417,50 +583,116 @@ REQ = _body("f-plain")
 FRAMING_CASES = [
     _case("valid", frame(_body("f-valid")), ["f-valid"]),
     _case("lowercase-header", b"content-length: %d\r\n\r\n" % len(REQ) + REQ, ["f-plain"]),
-    _case("no-space-after-colon", b"Content-Length:%d\r\n\r\n" % len(_body("f-ns")) + _body("f-ns"), ["f-ns"]),
+    _case(
+        "no-space-after-colon", b"Content-Length:%d\r\n\r\n" % len(_body("f-ns")) + _body("f-ns"), ["f-ns"]
+    ),
     _case("lf-only-header", b"Content-Length: %d\n\n" % len(_body("f-lf")) + _body("f-lf"), ["f-lf"]),
-    _case("content-type-header", b"Content-Length: %d\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8"
-          b"\r\n\r\n" % len(_body("f-ct")) + _body("f-ct"), ["f-ct"]),
-    _case("repeated-length-last-wins", b"Content-Length: 3\r\nContent-Length: %d\r\n\r\n" % len(_body("f-rep"))
-          + _body("f-rep"), ["f-rep"]),
+    _case(
+        "content-type-header",
+        b"Content-Length: %d\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8"
+        b"\r\n\r\n" % len(_body("f-ct")) + _body("f-ct"),
+        ["f-ct"],
+    ),
+    _case(
+        "repeated-length-last-wins",
+        b"Content-Length: 3\r\nContent-Length: %d\r\n\r\n" % len(_body("f-rep")) + _body("f-rep"),
+        ["f-rep"],
+    ),
     _case("blank-lines-between-frames", b"\r\n\r\n\n" + frame(_body("f-blank")), ["f-blank"]),
     _case("missing-content-length", b"Content-Type: x\r\n\r\n" + _body("f-nolen"), [], 1, ["f-nolen"]),
     _case("non-numeric-length", b"Content-Length: abc\r\n\r\n" + _body("f-abc"), [], 1, ["f-abc"]),
     _case("negative-length", b"Content-Length: -5\r\n\r\n" + _body("f-neg"), [], 1, ["f-neg"]),
     _case("zero-length", b"Content-Length: 0\r\n\r\n", [], 1),
-    _case("length-too-short", b"Content-Length: %d\r\n\r\n" % (len(_body("f-short")) - 9) + _body("f-short"),
-          [], 1, ["f-short"]),
-    _case("length-too-long-padded", b"Content-Length: %d\r\n\r\n" % (len(_body("f-pad")) + 7) + _body("f-pad")
-          + b" " * 7, ["f-pad"]),
-    _case("length-too-long-swallows-next", b"Content-Length: %d\r\n\r\n" % (len(_body("f-sw1"))
-          + len(frame(_body("f-sw2")))) + _body("f-sw1") + frame(_body("f-sw2")), [], 1, ["f-sw1", "f-sw2"]),
+    _case(
+        "length-too-short",
+        b"Content-Length: %d\r\n\r\n" % (len(_body("f-short")) - 9) + _body("f-short"),
+        [],
+        1,
+        ["f-short"],
+    ),
+    _case(
+        "length-too-long-padded",
+        b"Content-Length: %d\r\n\r\n" % (len(_body("f-pad")) + 7) + _body("f-pad") + b" " * 7,
+        ["f-pad"],
+    ),
+    _case(
+        "length-too-long-swallows-next",
+        b"Content-Length: %d\r\n\r\n" % (len(_body("f-sw1")) + len(frame(_body("f-sw2"))))
+        + _body("f-sw1")
+        + frame(_body("f-sw2")),
+        [],
+        1,
+        ["f-sw1", "f-sw2"],
+    ),
     _case("junk-before-header", b"garbage\x00\xff junk " + frame(_body("f-junk")), ["f-junk"]),
-    _case("long-header-line", b"X-Junk: " + b"y" * 1_000_000 + b"\r\n" + frame(_body("f-longhdr")),
-          ["f-longhdr"]),
-    _case("megabyte-line-without-length", b"z" * 1_000_000 + b"\r\n\r\n" + frame(_body("f-afterz")),
-          ["f-afterz"], 1),
+    _case(
+        "long-header-line",
+        b"X-Junk: " + b"y" * 1_000_000 + b"\r\n" + frame(_body("f-longhdr")),
+        ["f-longhdr"],
+    ),
+    _case(
+        "megabyte-line-without-length",
+        b"z" * 1_000_000 + b"\r\n\r\n" + frame(_body("f-afterz")),
+        ["f-afterz"],
+        1,
+    ),
     _case("not-json", frame(b"{this is not json"), [], 1),
     _case("empty-object", frame(b"{}"), [], 0),
-    _case("invalid-utf8", frame(b'{"jsonrpc":"2.0","id":"f-u8","method":"slayer/status","params":{"x":"\xff\xfe"}}'),
-          [], 1, ["f-u8"]),
+    _case(
+        "invalid-utf8",
+        frame(b'{"jsonrpc":"2.0","id":"f-u8","method":"slayer/status","params":{"x":"\xff\xfe"}}'),
+        [],
+        1,
+        ["f-u8"],
+    ),
     _case("truncated-utf8", frame(_body("f-t8", params={"x": "é"})[:-4]), [], 1, ["f-t8"]),
-    _case("huge-int-literal", frame(b'{"jsonrpc":"2.0","id":"f-int","method":"slayer/status","params":{"x":'
-                                    + b"9" * 5000 + b"}}"), [], 1, ["f-int"]),
-    _case("nan-and-infinity", frame(b'{"jsonrpc":"2.0","id":"f-nan","method":"slayer/search","params":'
-                                    b'{"max_results":NaN,"question":Infinity}}'), ["f-nan"]),
-    _case("lone-surrogates", frame(b'{"jsonrpc":"2.0","id":"f-sur","method":"slayer/search","params":'
-                                   b'{"question":"\\ud800 orders \\udfff"}}'), ["f-sur"]),
-    _case("nul-in-method", frame(b'{"jsonrpc":"2.0","id":"f-nul","method":"slayer/sta\\u0000tus"}'), ["f-nul"]),
+    _case(
+        "huge-int-literal",
+        frame(b'{"jsonrpc":"2.0","id":"f-int","method":"slayer/status","params":{"x":' + b"9" * 5000 + b"}}"),
+        [],
+        1,
+        ["f-int"],
+    ),
+    _case(
+        "nan-and-infinity",
+        frame(
+            b'{"jsonrpc":"2.0","id":"f-nan","method":"slayer/search","params":'
+            b'{"max_results":NaN,"question":Infinity}}'
+        ),
+        ["f-nan"],
+    ),
+    _case(
+        "lone-surrogates",
+        frame(
+            b'{"jsonrpc":"2.0","id":"f-sur","method":"slayer/search","params":'
+            b'{"question":"\\ud800 orders \\udfff"}}'
+        ),
+        ["f-sur"],
+    ),
+    _case(
+        "nul-in-method", frame(b'{"jsonrpc":"2.0","id":"f-nul","method":"slayer/sta\\u0000tus"}'), ["f-nul"]
+    ),
     _case("array-100k-deep", frame(b"[" * 100_000 + b"]" * 100_000), [], 1),
     _case("object-100k-deep", frame(b'{"a":' * 100_000 + b"1" + b"}" * 100_000), [], 1),
-    _case("params-150-deep", frame(b'{"jsonrpc":"2.0","id":"f-deep","method":"slayer/search","params":{"query":'
-                                   + b"[" * 150 + b"]" * 150 + b"}}"), ["f-deep"]),
+    _case(
+        "params-150-deep",
+        frame(
+            b'{"jsonrpc":"2.0","id":"f-deep","method":"slayer/search","params":{"query":'
+            + b"[" * 150
+            + b"]" * 150
+            + b"}}"
+        ),
+        ["f-deep"],
+    ),
     _case("number-message", frame(b"42"), [], 1),
     _case("string-message", frame(b'"slayer/status"'), [], 1),
     _case("null-message", frame(b"null"), [], 1),
     _case("empty-batch", frame(b"[]"), [], 1),
-    _case("batch-of-requests", frame(json.dumps([_req("f-b1"), _req("f-b2"), {"jsonrpc": "2.0", "method": "x"}])),
-          ["f-b1", "f-b2"]),
+    _case(
+        "batch-of-requests",
+        frame(json.dumps([_req("f-b1"), _req("f-b2"), {"jsonrpc": "2.0", "method": "x"}])),
+        ["f-b1", "f-b2"],
+    ),
     _case("batch-of-junk", frame(b'[1, {"id": "f-bj"}, null]'), [], 1),
     _case("no-jsonrpc-member", frame(b'{"id":"f-nov","method":"slayer/status"}'), ["f-nov"]),
     _case("jsonrpc-1.0", frame(b'{"jsonrpc":"1.0","id":"f-v1","method":"slayer/status"}'), ["f-v1"]),
@@ -471,17 +703,43 @@ FRAMING_CASES = [
     _case("id-object", frame(b'{"jsonrpc":"2.0","id":{"a":1},"method":"slayer/status"}'), [], 1),
     _case("method-number", frame(b'{"jsonrpc":"2.0","id":"f-m5","method":5}'), ["f-m5"]),
     _case("method-unknown", frame(_body("f-unk", method="slayer/nope")), ["f-unk"]),
-    _case("params-string", frame(b'{"jsonrpc":"2.0","id":"f-ps","method":"slayer/status","params":"x"}'),
-          ["f-ps"]),
-    _case("params-array-standard-method", frame(_body("f-pa", method="textDocument/hover", params=[1, 2])),
-          ["f-pa"]),
-    _case("message-inside-params", frame(_body("f-outer", method="slayer/inspect", params={
-        "refs": ["shop.orders"], "jsonrpc": "2.0", "id": "f-inner", "method": "slayer/status"})),
-          ["f-outer"], 0, ["f-inner"]),
+    _case(
+        "params-string",
+        frame(b'{"jsonrpc":"2.0","id":"f-ps","method":"slayer/status","params":"x"}'),
+        ["f-ps"],
+    ),
+    _case(
+        "params-array-standard-method",
+        frame(_body("f-pa", method="textDocument/hover", params=[1, 2])),
+        ["f-pa"],
+    ),
+    _case(
+        "message-inside-params",
+        frame(
+            _body(
+                "f-outer",
+                method="slayer/inspect",
+                params={
+                    "refs": ["shop.orders"],
+                    "jsonrpc": "2.0",
+                    "id": "f-inner",
+                    "method": "slayer/status",
+                },
+            )
+        ),
+        ["f-outer"],
+        0,
+        ["f-inner"],
+    ),
     _case("response-to-unknown-id", frame(b'{"jsonrpc":"2.0","id":"f-resp","result":{"x":1}}'), [], 0),
     _case("error-response-garbage", frame(b'{"jsonrpc":"2.0","id":"f-eresp","error":"boom"}'), [], 0),
     _case("notification-bad-version", frame(b'{"jsonrpc":"3","method":"textDocument/didOpen"}'), [], 0),
-    _case("cancel-with-bad-params", frame(b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":[1]}}'), [], 0),
+    _case(
+        "cancel-with-bad-params",
+        frame(b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":[1]}}'),
+        [],
+        0,
+    ),
     _case("request-split-in-bytes", frame(_body("f-split")), ["f-split"], bytewise=True),
 ]
 
@@ -495,7 +753,7 @@ def test_framing_and_envelope_cases(daemon, data, ids, null_errors, lost, bytewi
     tr.null_errors = before + null_errors
     if bytewise:  # one write per byte
         for i in range(len(data)):
-            daemon.send_raw(data[i:i + 1], count=False)
+            daemon.send_raw(data[i : i + 1], count=False)
         daemon.sent["raw frame"] += 1
     else:
         daemon.send_raw(data)
@@ -569,11 +827,15 @@ def test_floods_of_requests_and_cancellations(daemon):
     """3,000 pipelined requests of several methods, every other one cancelled right after it is sent,
     and 1,500 cancellations of ids that do not exist: each request answered exactly once (its result,
     or RequestCancelled)."""
-    methods = [("slayer/status", {}), ("slayer/search", {"question": "revenue"}),
-               ("textDocument/hover", TEMPLATES["textDocument/hover"]),
-               ("textDocument/completion", TEMPLATES["textDocument/completion"]),
-               ("slayer/inspect", {"refs": ["shop.orders"]}), ("workspace/symbol", {"query": "cust"}),
-               ("textDocument/documentSymbol", {"textDocument": TD})]
+    methods = [
+        ("slayer/status", {}),
+        ("slayer/search", {"question": "revenue"}),
+        ("textDocument/hover", TEMPLATES["textDocument/hover"]),
+        ("textDocument/completion", TEMPLATES["textDocument/completion"]),
+        ("slayer/inspect", {"refs": ["shop.orders"]}),
+        ("workspace/symbol", {"query": "cust"}),
+        ("textDocument/documentSymbol", {"textDocument": TD}),
+    ]
     tr = Tracker(daemon)
     tr.null_errors = len(daemon.null_errors)
     buf, ids = [], []
@@ -590,8 +852,9 @@ def test_floods_of_requests_and_cancellations(daemon):
     daemon.sent["flood"] += len(buf)
     tr.expect(ids)
     tr.check("flood")
-    outcomes = Counter("result" if "result" in daemon.answers(i)[0] else daemon.answers(i)[0]["error"]["code"]
-                       for i in ids)
+    outcomes = Counter(
+        "result" if "result" in daemon.answers(i)[0] else daemon.answers(i)[0]["error"]["code"] for i in ids
+    )
     assert set(outcomes) <= {"result", -32800}, outcomes  # a result, or RequestCancelled
     FIGURES["flood_outcomes"] = dict(outcomes)
     healthy(daemon)
@@ -620,20 +883,29 @@ def test_huge_inputs(daemon):
     ids = [daemon.request(m, p) for m, p in cases]
     big_uri = "file:///ws/big.query.yaml"
     big = "source_model: orders\n" + "dimensions: [orders.status, customers.name]\n" * 90_000  # ~4 MB
-    daemon.notify("textDocument/didOpen", {"textDocument": {"uri": big_uri, "languageId": "yaml", "version": 1,
-                                                            "text": big}})
+    daemon.notify(
+        "textDocument/didOpen",
+        {"textDocument": {"uri": big_uri, "languageId": "yaml", "version": 1, "text": big}},
+    )
     at_end = {"line": 90_000, "character": 20}
-    ids += [daemon.request(m, {"textDocument": {"uri": big_uri}, "position": at_end})
-            for m in ("textDocument/hover", "textDocument/completion", "textDocument/definition")]
+    ids += [
+        daemon.request(m, {"textDocument": {"uri": big_uri}, "position": at_end})
+        for m in ("textDocument/hover", "textDocument/completion", "textDocument/definition")
+    ]
     ids.append(daemon.request("textDocument/documentSymbol", {"textDocument": {"uri": big_uri}}))
     tr.expect(ids)
     tr.check("huge params")
     search = daemon.answers(ids[0])[0]["result"]
-    assert any("question cut" in w for w in search["warnings"]) and any("cap" in w for w in search["warnings"])
+    assert any("question cut" in w for w in search["warnings"]) and any(
+        "cap" in w for w in search["warnings"]
+    )
     inspect = daemon.answers(ids[3])[0]["error"]
     assert inspect["code"] == -32602 and "at most" in inspect["message"]
-    assert any("not analysed" in n["params"].get("message", "") for n in list(daemon.notifications)
-               if n["method"] == "window/showMessage"), "the 4 MB document was analysed, or silently skipped"
+    assert any(
+        "not analysed" in n["params"].get("message", "")
+        for n in list(daemon.notifications)
+        if n["method"] == "window/showMessage"
+    ), "the 4 MB document was analysed, or silently skipped"
     daemon.notify("textDocument/didClose", {"textDocument": {"uri": big_uri}})
     # a frame over the limit: its bytes are dropped in chunks, one parse error, the stream stays in step
     from slayer_lsp.lsp.transport import MAX_MESSAGE_BYTES

@@ -52,8 +52,12 @@ def _sandbox(root: Path) -> Sandbox:
 
 def _daemon(sb: Sandbox, store: Path) -> RawDaemon:
     (sb.root / "logs").mkdir(exist_ok=True)
-    d = RawDaemon(store, sb.root / "logs" / "daemon.log", cwd=sb.cwd,
-                  env={"TMPDIR": str(sb.tmp), "SLAYER_LSP_CACHE_DIR": str(sb.cache)})
+    d = RawDaemon(
+        store,
+        sb.root / "logs" / "daemon.log",
+        cwd=sb.cwd,
+        env={"TMPDIR": str(sb.tmp), "SLAYER_LSP_CACHE_DIR": str(sb.cache)},
+    )
     d.initialize()
     return d
 
@@ -70,22 +74,39 @@ def test_hostile_memory_ids_over_lsp(tmp_path, backend):
     try:
         outside_before, store_before = sb.outside_tree(), tree(sb.store)
         for memory_id, why in REFUSED_IDS:
-            saves = [d.call("slayer/saveMemory", {"learning": "l", "entities": ["shop.orders"], "id": memory_id}),
-                     d.call("workspace/executeCommand", {"command": "slayer.saveMemory", "arguments": [
-                         {"learning": "l", "entities": ["shop.orders"], "id": memory_id}]})]
-            forgets = [d.call("slayer/forgetMemory", {"id": memory_id}),
-                       d.call("workspace/executeCommand", {"command": "slayer.forgetMemory", "arguments": [memory_id]})]
+            saves = [
+                d.call("slayer/saveMemory", {"learning": "l", "entities": ["shop.orders"], "id": memory_id}),
+                d.call(
+                    "workspace/executeCommand",
+                    {
+                        "command": "slayer.saveMemory",
+                        "arguments": [{"learning": "l", "entities": ["shop.orders"], "id": memory_id}],
+                    },
+                ),
+            ]
+            forgets = [
+                d.call("slayer/forgetMemory", {"id": memory_id}),
+                d.call(
+                    "workspace/executeCommand", {"command": "slayer.forgetMemory", "arguments": [memory_id]}
+                ),
+            ]
             for resp in saves + forgets:
                 err = _error(resp)
                 assert err["code"] == -32602 and why in err["message"], (ascii(memory_id), err)
-        too_long = d.call("slayer/saveMemory", {"learning": "l", "entities": ["shop.orders"], "id": "x" * 300})
+        too_long = d.call(
+            "slayer/saveMemory", {"learning": "l", "entities": ["shop.orders"], "id": "x" * 300}
+        )
         if backend == "yaml":
             assert _error(too_long)["code"] == -32602 and "too long" in too_long["error"]["message"]
         else:
             assert too_long["result"]["id"] == "x" * 300
-        assert d.call("slayer/forgetMemory", {"id": "x" * 300})["result"] == {"forgotten": backend == "sqlite"}
+        assert d.call("slayer/forgetMemory", {"id": "x" * 300})["result"] == {
+            "forgotten": backend == "sqlite"
+        }
         for memory_id in ODD_BUT_LEGAL_IDS:
-            saved = d.call("slayer/saveMemory", {"learning": "odd id", "entities": ["shop.orders"], "id": memory_id})
+            saved = d.call(
+                "slayer/saveMemory", {"learning": "odd id", "entities": ["shop.orders"], "id": memory_id}
+            )
             assert saved["result"]["id"] == memory_id, saved
             if backend == "yaml":
                 written = sb.store / "memories" / f"{memory_id}.md"
@@ -106,23 +127,28 @@ def test_search_bounds_and_cypher_refusals_over_lsp(tmp_path):
     d = _daemon(sb, sb.store)
     try:
         question = "orders revenue customers " * 42_000  # ~1 MB
-        bounded = [("1 MB question", {"question": question}, "question cut to its first"),
-                   ("max_results 10**9", {"question": "orders", "max_results": 10**9}, "above the cap"),
-                   ("max_results 2**70", {"question": "orders", "max_results": 2**70}, "above the cap")]
+        bounded = [
+            ("1 MB question", {"question": question}, "question cut to its first"),
+            ("max_results 10**9", {"question": "orders", "max_results": 10**9}, "above the cap"),
+            ("max_results 2**70", {"question": "orders", "max_results": 2**70}, "above the cap"),
+        ]
         for name, params, warning in bounded:
             t0 = time.monotonic()
             res = d.call("slayer/search", params)["result"]
             FIGURES[name] = round(time.monotonic() - t0, 3)
             assert any(warning in w for w in res["warnings"]), res["warnings"]
             assert len(res["results"]) <= 1000
-        refused = [({"question": "orders", "max_results": -1}, "max_results must be >= 1"),
-                   ({"question": "orders", "max_results": 0}, "max_results must be >= 1"),
-                   ({"question": "orders", "max_results": "x"}, "Expected `int`, got `str` - at `$.max_results`"),
-                   ({"question": "orders", "max_results": 1.5}, "Expected `int`, got `float`"),
-                   ({"question": ["orders"]}, "Expected `str | null`, got `array` - at `$.question`")]
+        refused = [
+            ({"question": "orders", "max_results": -1}, "max_results must be >= 1"),
+            ({"question": "orders", "max_results": 0}, "max_results must be >= 1"),
+            ({"question": "orders", "max_results": "x"}, "Expected `int`, got `str` - at `$.max_results`"),
+            ({"question": "orders", "max_results": 1.5}, "Expected `int`, got `float`"),
+            ({"question": ["orders"]}, "Expected `str | null`, got `array` - at `$.question`"),
+        ]
         for _name, cypher, why in REFUSED[:25]:
-            refused.append(({"question": "orders", "cypher_filter": cypher.replace("{outside}", str(sb.outside))},
-                            why))
+            refused.append(
+                ({"question": "orders", "cypher_filter": cypher.replace("{outside}", str(sb.outside))}, why)
+            )
         for params, why in refused:
             err = _error(d.call("slayer/search", params))
             assert err["code"] == -32602 and why in err["message"], (params, err)
@@ -141,12 +167,16 @@ def test_hostile_descriptions_in_hovers_and_search_hits(tmp_path):
     try:
         uri = "file:///ws/hostile.query.yaml"
         text = "source_model: orders\ndimensions: [orders.status, orders.channel, orders.order_id]\n"
-        d.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1,
-                                                           "text": text}})
+        d.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1, "text": text}},
+        )
         cards = []
         for line, character in ((0, 16), (1, 21), (1, 36), (1, 52)):  # orders (the model), three columns
-            res = d.call("textDocument/hover", {"textDocument": {"uri": uri},
-                                                "position": {"line": line, "character": character}})
+            res = d.call(
+                "textDocument/hover",
+                {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}},
+            )
             assert res.get("result"), res
             cards.append(res["result"]["contents"]["value"])
         for card, rendered in zip(cards, md.render(cards), strict=True):

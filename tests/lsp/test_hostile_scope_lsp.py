@@ -68,8 +68,11 @@ def _files(store) -> dict[str, bytes]:
 # ------------------------------------------------------------------------------ size limits
 
 
-@pytest.mark.parametrize("text", ["." * 1_000_000, "e.g. " * 200_000, "x" * (MAX_LEARNING_CHARS + 1)],
-                         ids=["dots-1MB", "abbreviations-1MB", "one-over"])
+@pytest.mark.parametrize(
+    "text",
+    ["." * 1_000_000, "e.g. " * 200_000, "x" * (MAX_LEARNING_CHARS + 1)],
+    ids=["dots-1MB", "abbreviations-1MB", "one-over"],
+)
 async def test_a_learning_over_the_limit_is_refused_at_once(client, text):
     before = _files(client.store)
     err = await refused(client, "slayer/saveMemory", {"learning": text, "entities": ["shop.orders"]})
@@ -77,10 +80,11 @@ async def test_a_learning_over_the_limit_is_refused_at_once(client, text):
     assert _files(client.store) == before
 
 
-@pytest.mark.parametrize("unit", [". ", "e.g. Dr. J. ", "| a. | b |\n", "x"],
-                         ids=["dots", "abbreviations", "table", "one-token"])
+@pytest.mark.parametrize(
+    "unit", [". ", "e.g. Dr. J. ", "| a. | b |\n", "x"], ids=["dots", "abbreviations", "table", "one-token"]
+)
 async def test_the_largest_learning_of_a_hostile_shape_is_saved_and_searched(client, unit):
-    text = (unit * (MAX_LEARNING_CHARS // len(unit) + 1))[:MAX_LEARNING_CHARS - 13] + " Quokkafruit."
+    text = (unit * (MAX_LEARNING_CHARS // len(unit) + 1))[: MAX_LEARNING_CHARS - 13] + " Quokkafruit."
     saved = await call(client, "slayer/saveMemory", {"learning": text, "entities": ["shop.orders"]})
     found = await call(client, "slayer/search", {"question": "Quokkafruit", "max_results": 5})
     assert saved["id"] in [r["id"] for r in found["results"]]
@@ -94,15 +98,20 @@ async def test_hidden_ids_are_refused_exactly_like_free_ones(client):
     before = _files(client.store)
     answers = set()
     for memory_id in HIDDEN_OR_FREE:
-        err = await refused(client, "slayer/saveMemory", {"id": memory_id, "learning": "overwrite",
-                                                          "entities": ["shop.orders"]})
+        err = await refused(
+            client,
+            "slayer/saveMemory",
+            {"id": memory_id, "learning": "overwrite", "entities": ["shop.orders"]},
+        )
         assert err.code == -32602
         answers.add(str(err).replace(repr(memory_id), "<id>"))
     assert len(answers) == 1, answers
     assert _files(client.store) == before
 
 
-@pytest.mark.parametrize("memory_id", ["2", "Caf\u00e9.secret", "CAFE\u0301.SECRET", "1000", "broken", "nosuch"])
+@pytest.mark.parametrize(
+    "memory_id", ["2", "Caf\u00e9.secret", "CAFE\u0301.SECRET", "1000", "broken", "nosuch"]
+)
 async def test_forgetting_a_hidden_unloadable_or_missing_memory_is_the_same_miss(client, memory_id):
     before = _files(client.store)
     assert await call(client, "slayer/forgetMemory", {"id": memory_id}) == {"forgotten": False}
@@ -110,11 +119,15 @@ async def test_forgetting_a_hidden_unloadable_or_missing_memory_is_the_same_miss
 
 
 async def test_new_ids_do_not_reveal_hidden_ones(client):
-    saved = await call(client, "slayer/saveMemory", {"learning": "Orders ship on weekdays.",
-                                                     "entities": ["shop.orders"]})
+    saved = await call(
+        client, "slayer/saveMemory", {"learning": "Orders ship on weekdays.", "entities": ["shop.orders"]}
+    )
     assert re.fullmatch(r"m-[0-9a-f]{16}", saved["id"]), saved  # not "1001": the hidden 1000 stays unseen
-    again = await call(client, "slayer/saveMemory", {"id": saved["id"], "learning": "Orders ship daily.",
-                                                     "entities": ["shop.orders"]})
+    again = await call(
+        client,
+        "slayer/saveMemory",
+        {"id": saved["id"], "learning": "Orders ship daily.", "entities": ["shop.orders"]},
+    )
     assert again["id"] == saved["id"] and again["created"] is False
     assert await call(client, "slayer/forgetMemory", {"id": saved["id"]}) == {"forgotten": True}
 
@@ -122,7 +135,9 @@ async def test_new_ids_do_not_reveal_hidden_ones(client):
 async def test_links_to_hidden_memories_resolve_like_missing_ones(client):
     errors = []
     for target in ("memory:2", "memory:1000", "memory:broken", "memory:nosuch"):
-        err = await refused(client, "slayer/saveMemory", {"learning": "x", "entities": ["shop.orders", target]})
+        err = await refused(
+            client, "slayer/saveMemory", {"learning": "x", "entities": ["shop.orders", target]}
+        )
         errors.append(str(err).replace(target[7:], "<id>"))
     assert len(set(errors)) == 1, errors
 
@@ -137,14 +152,17 @@ async def test_status_counts_only_what_the_scope_reaches(client):
 # ------------------------------------------------------------------------------ text decoding
 
 
-@pytest.mark.parametrize("method, params", [
-    ("slayer/search", {"question": "orders \ud800"}),
-    ("slayer/search", {"question": "orders", "keyword": "\udfff"}),
-    ("slayer/search", {"entities": ["shop.orders", "x\ud800"]}),
-    ("slayer/saveMemory", {"learning": "half \ud83d of an emoji", "entities": ["shop.orders"]}),
-    ("slayer/saveMemory", {"learning": "x", "entities": ["shop.orders"], "id": "a\ud800"}),
-    ("slayer/inspect", {"refs": ["\ud800"]}),
-])
+@pytest.mark.parametrize(
+    "method, params",
+    [
+        ("slayer/search", {"question": "orders \ud800"}),
+        ("slayer/search", {"question": "orders", "keyword": "\udfff"}),
+        ("slayer/search", {"entities": ["shop.orders", "x\ud800"]}),
+        ("slayer/saveMemory", {"learning": "half \ud83d of an emoji", "entities": ["shop.orders"]}),
+        ("slayer/saveMemory", {"learning": "x", "entities": ["shop.orders"], "id": "a\ud800"}),
+        ("slayer/inspect", {"refs": ["\ud800"]}),
+    ],
+)
 async def test_lone_surrogates_are_invalid_params(client, method, params):
     before = _files(client.store)
     err = await refused(client, method, params)
@@ -170,23 +188,44 @@ async def test_ids_that_display_alike_are_one_id_or_refused(client):
 async def test_a_command_line_store_and_scope_are_pinned(tmp_path):
     store = _hostile_store(tmp_path / "pinned")
     other = write_store(tmp_path / "other" / "store")
-    (other / "memories" / "planted.md").write_text("---\nentities:\n- shop.orders\n---\nPlanted Quokkafruit.\n")
+    (other / "memories" / "planted.md").write_text(
+        "---\nentities:\n- shop.orders\n---\nPlanted Quokkafruit.\n"
+    )
     c = make_test_lsp_client()
-    await c.start_io(sys.executable, "-m", "slayer_lsp", "serve", "--storage", str(store), "--access-tag", "ops",
-                     cwd=str(REPO))
+    await c.start_io(
+        sys.executable,
+        "-m",
+        "slayer_lsp",
+        "serve",
+        "--storage",
+        str(store),
+        "--access-tag",
+        "ops",
+        cwd=str(REPO),
+    )
     try:
-        await c.initialize_session(t.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"),
-            initialization_options={"embedding": {"enable": False}, "storage": str(other),
-                                    "scope": {"accessTags": ["hr"]}}))
-        status = await eventually(lambda: c.protocol.send_request_async("slayer/status", {}), lambda s: s.ready,
-                                  "the initial index")
+        await c.initialize_session(
+            t.InitializeParams(
+                capabilities=client_capabilities("visual-studio-code"),
+                initialization_options={
+                    "embedding": {"enable": False},
+                    "storage": str(other),
+                    "scope": {"accessTags": ["hr"]},
+                },
+            )
+        )
+        status = await eventually(
+            lambda: c.protocol.send_request_async("slayer/status", {}), lambda s: s.ready, "the initial index"
+        )
         status = await call(c, "slayer/status", {})
         assert status["store"] == str(store) and status["options"]["storage"] is None
         assert any("'storage': fixed by the command line" in p for p in status["option_problems"])
         assert any("'scope': fixed by the command line" in p for p in status["option_problems"])
-        c.workspace_did_change_configuration(t.DidChangeConfigurationParams(
-            settings={"slayerLsp": {"storage": str(other), "scope": {"accessTags": ["hr"]}}}))
+        c.workspace_did_change_configuration(
+            t.DidChangeConfigurationParams(
+                settings={"slayerLsp": {"storage": str(other), "scope": {"accessTags": ["hr"]}}}
+            )
+        )
         await asyncio.sleep(0.5)
         status = await call(c, "slayer/status", {})
         assert status["store"] == str(store) and status["options"]["scope"]["accessTags"] == ["ops"]
@@ -209,8 +248,9 @@ async def test_an_unscoped_upsert_quotes_no_file(tmp_path):
     c = await start_client(store, "visual-studio-code")
     try:
         for memory_id in ("broken", "linked"):
-            err = await refused(c, "slayer/saveMemory", {"id": memory_id, "learning": "x",
-                                                         "entities": ["shop.orders"]})
+            err = await refused(
+                c, "slayer/saveMemory", {"id": memory_id, "learning": "x", "entities": ["shop.orders"]}
+            )
             message = str(err)
             assert "cannot be read" in message, message
             assert not any(s in message for s in ("Quetzal", "7731", "elsewhere", "private-notes")), message

@@ -92,8 +92,11 @@ async def test_each_planted_document_is_refused_while_the_daemon_serves(tmp_path
             else:
                 plant_rows(store, case.sql)
                 where = f"[{case.table} {case.row!r}]"
-            st = await eventually(lambda: status(c), lambda s, w=where, m=case.message: has_issue(s, w, m),
-                                  f"the load issue of {case.name}")
+            st = await eventually(
+                lambda: status(c),
+                lambda s, w=where, m=case.message: has_issue(s, w, m),
+                f"the load issue of {case.name}",
+            )
             assert st["load_issues"] == 1 and st["readable"], (case.name, st["issues"])
             assert await answers(c) == baseline, case.name
             assert rss_kb(c) - rss0 < RSS_GROWTH_KB, case.name

@@ -34,8 +34,11 @@ async def test_column(client):
 async def test_range_and_markup_kind(client):
     text, position = pos("source_model: orders\ndimensions: [stores.na§me]\n")
     open_doc(client, "file:///ws/b.query.yaml", text)
-    res = await client.text_document_hover_async(t.HoverParams(
-        text_document=t.TextDocumentIdentifier(uri="file:///ws/b.query.yaml"), position=position))
+    res = await client.text_document_hover_async(
+        t.HoverParams(
+            text_document=t.TextDocumentIdentifier(uri="file:///ws/b.query.yaml"), position=position
+        )
+    )
     assert res.range == t.Range(start=t.Position(line=1, character=13), end=t.Position(line=1, character=24))
     assert res.contents.kind == t.MarkupKind.Markdown
 

@@ -34,12 +34,19 @@ async def test_capabilities(client):
     assert caps.hover_provider and caps.definition_provider and caps.references_provider
     assert caps.document_symbol_provider and caps.workspace_symbol_provider
     # quick fixes of diagnostics; refactor.rewrite writes a planned rename to a SQLite store
-    assert list(caps.code_action_provider.code_action_kinds) == [t.CodeActionKind.QuickFix,
-                                                                 t.CodeActionKind.RefactorRewrite]
+    assert list(caps.code_action_provider.code_action_kinds) == [
+        t.CodeActionKind.QuickFix,
+        t.CodeActionKind.RefactorRewrite,
+    ]
     assert caps.rename_provider and caps.signature_help_provider and caps.inlay_hint_provider
     assert caps.code_lens_provider and caps.code_lens_provider.resolve_provider
-    assert set(caps.execute_command_provider.commands) >= {"slayer.search", "slayer.inspect", "slayer.status",
-                                                          "slayer.impact", "slayer.applyStoreRename"}
+    assert set(caps.execute_command_provider.commands) >= {
+        "slayer.search",
+        "slayer.inspect",
+        "slayer.status",
+        "slayer.impact",
+        "slayer.applyStoreRename",
+    }
 
 
 async def test_invalid_options_are_shown_and_defaulted(client):
@@ -53,7 +60,9 @@ async def test_invalid_options_are_shown_and_defaulted(client):
 
 async def test_initial_indexing_reports_progress_when_supported(client):
     await eventually(lambda: status(client), lambda s: s.ready, "the initial index")
-    reports = [r for token, rs in client.progress_reports.items() if token.startswith("slayer-index") for r in rs]
+    reports = [
+        r for token, rs in client.progress_reports.items() if token.startswith("slayer-index") for r in rs
+    ]
     supported = client.capabilities.window and client.capabilities.window.work_done_progress
     assert supported  # all three capability sets declare window.workDoneProgress
     assert [r.kind for r in reports] == ["begin", "end"]
@@ -64,12 +73,20 @@ async def test_did_change_configuration(client):
     uri = "file:///ws/a.query.yaml"
     open_doc(client, uri, "source_model: orders\ndimensions: [nope]\n")
     await diagnostics(client, uri, lambda d: codes(d) == [("unknown-entity", 1)])
-    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
-        settings={"slayerLsp": {"diagnostics": {"enable": False}}}))
+    client.workspace_did_change_configuration(
+        t.DidChangeConfigurationParams(settings={"slayerLsp": {"diagnostics": {"enable": False}}})
+    )
     await diagnostics(client, uri, lambda d: len(d) == 0, "diagnostics switched off")
-    client.workspace_did_change_configuration(t.DidChangeConfigurationParams(
-        settings={"slayerLsp": {"diagnostics": {"enable": True, "debounceMs": 10},
-                                "files": {"queryPatterns": ["**/*.q.yaml"]}}}))
+    client.workspace_did_change_configuration(
+        t.DidChangeConfigurationParams(
+            settings={
+                "slayerLsp": {
+                    "diagnostics": {"enable": True, "debounceMs": 10},
+                    "files": {"queryPatterns": ["**/*.q.yaml"]},
+                }
+            }
+        )
+    )
     other = "file:///ws/b.q.yaml"
     open_doc(client, other, "source_model: orders\ndimensions: [nope]\n")
     await diagnostics(client, other, lambda d: codes(d) == [("unknown-entity", 1)], "the new pattern applies")
@@ -111,5 +128,7 @@ async def test_pull_configuration_when_settings_are_not_pushed(client):
         pytest.skip("this client cannot answer workspace/configuration")
     client.set_configuration({"hover": {"maxChars": 777}}, section="slayerLsp")
     client.workspace_did_change_configuration(t.DidChangeConfigurationParams(settings=None))
-    s = await eventually(lambda: status(client), lambda s: s.options.hover.maxChars == 777, "the pulled option")
+    s = await eventually(
+        lambda: status(client), lambda s: s.options.hover.maxChars == 777, "the pulled option"
+    )
     assert s.option_problems == []

@@ -61,9 +61,15 @@ async def test_a_new_column_becomes_visible(client):
     model = client.store / "models" / "jaffle" / "stores.yaml"
     await atomic_write(model, add_region(model.read_text()))
 
-    items = await eventually(lambda: complete(client, uri, at_dot), lambda it: "region" in {i.label for i in it},
-                             "completion to offer the new column")
-    assert next(i for i in items if i.label == "region").detail == "TEXT — Sales region of the store (East, West, Central)."
+    items = await eventually(
+        lambda: complete(client, uri, at_dot),
+        lambda it: "region" in {i.label for i in it},
+        "completion to offer the new column",
+    )
+    assert (
+        next(i for i in items if i.label == "region").detail
+        == "TEXT — Sales region of the store (East, West, Central)."
+    )
     text, on_region = pos("source_model: orders\ndimensions: [stores.reg§ion]\n")
     open_doc(client, "file:///ws/hover.query.yaml", text)
     md = await hover_text(client, "file:///ws/hover.query.yaml", on_region)
@@ -77,9 +83,11 @@ async def test_a_broken_file_keeps_the_last_good_state(client):
     model = client.store / "models" / "jaffle" / "stores.yaml"
     good = model.read_text()
     await atomic_write(model, good + "columns: [unclosed\n")
-    status = await eventually(lambda: client.protocol.send_request_async("slayer/status", {}),
-                              lambda s: any("stores.yaml" in i and "invalid YAML" in i for i in s.issues),
-                              "the load issue")
+    status = await eventually(
+        lambda: client.protocol.send_request_async("slayer/status", {}),
+        lambda s: any("stores.yaml" in i and "invalid YAML" in i for i in s.issues),
+        "the load issue",
+    )
     assert status.readable and status.error is None
     _, at_dot = pos("source_model: orders\ndimensions: [stores.§]\n")
     labels = {i.label for i in await complete(client, "file:///ws/live.query.yaml", at_dot)}
@@ -89,8 +97,11 @@ async def test_a_broken_file_keeps_the_last_good_state(client):
     open_doc(client, "file:///ws/c.query.yaml", customers)
     assert "city" in {i.label for i in await complete(client, "file:///ws/c.query.yaml", at_c)}
     await atomic_write(model, good)
-    await eventually(lambda: client.protocol.send_request_async("slayer/status", {}),
-                     lambda s: not any("stores.yaml" in i for i in s.issues), "the load issue to clear")
+    await eventually(
+        lambda: client.protocol.send_request_async("slayer/status", {}),
+        lambda s: not any("stores.yaml" in i for i in s.issues),
+        "the load issue to clear",
+    )
     assert "city" in {i.label for i in await complete(client, "file:///ws/live.query.yaml", at_dot)}
 
 
@@ -99,7 +110,9 @@ async def test_a_deleted_memory_drops_out(client):
     open_doc(client, uri, "---\nentities:\n- memory:kb.revenue\n---\nx\n", "markdown")
     await diagnostics(client, uri, lambda d: len(d) == 0)
     (client.store / "memories" / "kb.revenue.md").unlink()
-    found = await diagnostics(client, uri, lambda d: codes(d) == [("stale-tag", 2)], "the tag to become stale")
+    found = await diagnostics(
+        client, uri, lambda d: codes(d) == [("stale-tag", 2)], "the tag to become stale"
+    )
     assert "No memory with id 'kb.revenue'." in found[0].message
 
 
@@ -121,9 +134,16 @@ async def test_sqlite_store_change_is_seen(sqlite_client):
     import json
 
     with sqlite3.connect(c.db) as conn:
-        (data,) = conn.execute("SELECT data FROM models WHERE data_source='jaffle' AND name='stores'").fetchone()
+        (data,) = conn.execute(
+            "SELECT data FROM models WHERE data_source='jaffle' AND name='stores'"
+        ).fetchone()
         model = json.loads(data)
         model["columns"].append({"name": "region", "sql": "region", "type": "TEXT"})
-        conn.execute("UPDATE models SET data=? WHERE data_source='jaffle' AND name='stores'", (json.dumps(model),))
-    await eventually(lambda: complete(c, uri, at_dot), lambda it: "region" in {i.label for i in it},
-                     "completion after the SQLite write")
+        conn.execute(
+            "UPDATE models SET data=? WHERE data_source='jaffle' AND name='stores'", (json.dumps(model),)
+        )
+    await eventually(
+        lambda: complete(c, uri, at_dot),
+        lambda it: "region" in {i.label for i in it},
+        "completion after the SQLite write",
+    )

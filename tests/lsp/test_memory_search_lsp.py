@@ -17,8 +17,12 @@ from .support import REPO, request, start_client, stop_client
 
 aio = pytest.mark.asyncio(loop_scope="module")  # the CLI test is not a coroutine
 
-MEMORIES = {**SISTER, **PACKAGING,
-            "a": Mem("Cartons split open: SKU-9911."), "b": Mem("Cartons split open: SKU-5522.")}
+MEMORIES = {
+    **SISTER,
+    **PACKAGING,
+    "a": Mem("Cartons split open: SKU-9911."),
+    "b": Mem("Cartons split open: SKU-5522."),
+}
 SLAYER_HIT_KEYS = ["kind", "id", "score", "text", "description", "matched_entities", "query"]
 
 
@@ -36,11 +40,15 @@ async def client(store):
 
 @aio
 async def test_related_brings_the_linked_memory_marked_behind_the_named_records_own(client):
-    got = await request(client, "slayer/search", {"question": URGENT, "entities": ["shop.customers"],
-                                                  "related": 1})
+    got = await request(
+        client, "slayer/search", {"question": URGENT, "entities": ["shop.customers"], "related": 1}
+    )
     hits = got["results"]
-    assert [(h["kind"], h["id"]) for h in hits[:3]] == [("model", "shop.customers"), ("memory", "cust"),
-                                                        ("memory", "sister")]
+    assert [(h["kind"], h["id"]) for h in hits[:3]] == [
+        ("model", "shop.customers"),
+        ("memory", "cust"),
+        ("memory", "sister"),
+    ]
     assert hits[2]["via"] == "memory:cust"
     assert all("via" not in h for h in hits if h["id"] != "sister")  # SLayer's fields unless linked
     assert [h["id"] for h in hits].count("sister") == 1
@@ -49,11 +57,15 @@ async def test_related_brings_the_linked_memory_marked_behind_the_named_records_
 
 
 @aio
-@pytest.mark.parametrize("asked, keyword, order", [("SKU-9911", "SKU-5522", ["a", "b"]),
-                                                   ("SKU-5522", "SKU-9911", ["b", "a"])])
+@pytest.mark.parametrize(
+    "asked, keyword, order", [("SKU-9911", "SKU-5522", ["a", "b"]), ("SKU-5522", "SKU-9911", ["b", "a"])]
+)
 async def test_keyword_is_trusted_less_than_a_token_of_the_question(client, asked, keyword, order):
-    got = await request(client, "slayer/search", {"question": f"cartons split open for {asked}?",
-                                                  "keyword": keyword, "kinds": ["memory"]})
+    got = await request(
+        client,
+        "slayer/search",
+        {"question": f"cartons split open for {asked}?", "keyword": keyword, "kinds": ["memory"]},
+    )
     assert [h["id"] for h in got["results"]][:2] == order
 
 
@@ -74,10 +86,32 @@ async def test_kinds_narrow_the_answer(client):
 
 def test_the_cli_says_the_same(store):
     out = subprocess.run(
-        [sys.executable, "-m", "slayer_lsp", "search", "--storage", str(store), "--question", URGENT,
-         "--entity", "shop.customers", "--related", "1", "--keyword", "ACME-77", "--kind", "memory",
-         "--format", "json", "--no-dense"],
-        capture_output=True, text=True, timeout=120, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "slayer_lsp",
+            "search",
+            "--storage",
+            str(store),
+            "--question",
+            URGENT,
+            "--entity",
+            "shop.customers",
+            "--related",
+            "1",
+            "--keyword",
+            "ACME-77",
+            "--kind",
+            "memory",
+            "--format",
+            "json",
+            "--no-dense",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     hits = got["results"]

@@ -33,9 +33,15 @@ async def search_ids(client, question: str) -> list[str]:
 
 async def test_saved_memory_is_searchable_at_once_and_loads_in_slayer(client):
     assert "zanzibar" not in " ".join(await search_ids(client, "zanzibar"))
-    saved = await request(client, "slayer/saveMemory", {
-        "learning": "Zanzibar stores report refunds a day late.", "entities": ["stores.name", "orders.status"],
-        "description": "late refunds"})
+    saved = await request(
+        client,
+        "slayer/saveMemory",
+        {
+            "learning": "Zanzibar stores report refunds a day late.",
+            "entities": ["stores.name", "orders.status"],
+            "description": "late refunds",
+        },
+    )
     assert saved["created"] is True and saved["warnings"] == []
     assert saved["entities"] == ["jaffle.stores.name", "jaffle.orders.status"]
     assert saved["id"] == "13"  # SLayer's rule: max(int-shaped id) + 1
@@ -49,8 +55,15 @@ async def test_saved_memory_is_searchable_at_once_and_loads_in_slayer(client):
         assert memory["learning"] == "Zanzibar stores report refunds a day late."
         assert memory["entities"] == saved["entities"] and memory["description"] == "late refunds"
 
-    again = await request(client, "slayer/saveMemory", {
-        "learning": "Zanzibar stores report refunds two days late.", "entities": ["stores.name"], "id": saved["id"]})
+    again = await request(
+        client,
+        "slayer/saveMemory",
+        {
+            "learning": "Zanzibar stores report refunds two days late.",
+            "entities": ["stores.name"],
+            "id": saved["id"],
+        },
+    )
     assert again["created"] is False and again["entities"] == ["jaffle.stores.name"]
 
     gone = await request(client, "slayer/forgetMemory", {"id": saved["id"]})
@@ -61,11 +74,22 @@ async def test_saved_memory_is_searchable_at_once_and_loads_in_slayer(client):
 
 @needs_slayer
 async def test_a_query_memory_is_stored_as_slayer_stores_it(client):
-    query = {"source_model": "orders", "measures": [{"formula": "sum(order_total)"}], "dimensions": ["stores.name"]}
-    saved = await request(client, "slayer/saveMemory", {
-        "learning": "Quokka revenue by store", "linked_entities": query, "id": "kb.quokka"})
-    assert saved == {"id": "kb.quokka", "entities": ["jaffle.orders", "jaffle.stores.name",
-                                                     "jaffle.orders.order_total"], "created": True, "warnings": []}
+    query = {
+        "source_model": "orders",
+        "measures": [{"formula": "sum(order_total)"}],
+        "dimensions": ["stores.name"],
+    }
+    saved = await request(
+        client,
+        "slayer/saveMemory",
+        {"learning": "Quokka revenue by store", "linked_entities": query, "id": "kb.quokka"},
+    )
+    assert saved == {
+        "id": "kb.quokka",
+        "entities": ["jaffle.orders", "jaffle.stores.name", "jaffle.orders.order_total"],
+        "created": True,
+        "warnings": [],
+    }
     assert "kb.quokka" in await search_ids(client, "quokka revenue")
     loaded = oracle.ok(oracle.ask([{"op": "load", "store": str(client.store)}])[0])
     assert loaded["errors"] == []
@@ -78,31 +102,72 @@ async def test_a_stale_tag_in_an_open_document_clears_when_its_memory_is_saved(c
     uri = "file:///ws/memories/draft.md"
     open_doc(client, uri, "---\nentities:\n- memory:kb.walrus\n---\nsee the walrus note\n", "markdown")
     await diagnostics(client, uri, lambda d: codes(d) == [("stale-tag", 2)])
-    await request(client, "slayer/saveMemory", {"learning": "walrus", "entities": ["orders"], "id": "kb.walrus"})
+    await request(
+        client, "slayer/saveMemory", {"learning": "walrus", "entities": ["orders"], "id": "kb.walrus"}
+    )
     await diagnostics(client, uri, lambda d: len(d) == 0, "the tag to resolve")
     await request(client, "slayer/forgetMemory", {"id": "kb.walrus"})
     await diagnostics(client, uri, lambda d: codes(d) == [("stale-tag", 2)], "the tag to become stale again")
 
 
-@pytest.mark.parametrize(("method", "params", "message"), [
-    ("slayer/saveMemory", {"entities": ["orders"]}, "'learning' must be a string, got null"),
-    ("slayer/saveMemory", {"learning": "x", "entities": "orders"}, "'entities' must be a list of strings"),
-    ("slayer/saveMemory", {"learning": "x", "entities": [1]}, "'entities' must be a list of strings"),
-    ("slayer/saveMemory", {"learning": "x", "query": ["orders"]}, "'query' must be an object, got a list"),
-    ("slayer/saveMemory", {"learning": "x"}, "give 'entities'"),
-    ("slayer/saveMemory", {"learning": "x", "entities": ["orders"], "id": True}, "'id' must be a string or an integer"),
-    ("slayer/saveMemory", {"learning": "x", "entities": ["orders"], "tags": []}, "unknown parameter(s) ['tags']"),
-    ("slayer/saveMemory", {"learning": "x", "entities": ["orders"], "linked_entities": ["orders"]}, "not both"),
-    ("slayer/saveMemory", [1], "params must be an object"),
-    # refused by the writer: its (SLayer's) message
-    ("slayer/saveMemory", {"learning": "  ", "entities": ["orders"]}, "learning text must be a non-empty string."),
-    ("slayer/saveMemory", {"learning": "x", "entities": ["nosuch"]}, "cannot resolve 'nosuch': Entity 'nosuch' not found"),
-    ("slayer/saveMemory", {"learning": "x", "entities": []}, "linked_entities must be a non-empty list"),
-    ("slayer/saveMemory", {"learning": "x", "entities": ["orders"], "id": "a/b"}, "forbidden character '/'"),
-    ("slayer/saveMemory", {"learning": "x", "entities": ["memory:nosuch"]}, "No memory with id 'nosuch'."),
-    ("slayer/forgetMemory", {}, "'id' must be a string or an integer, got null"),
-    ("slayer/forgetMemory", {"id": 1, "all": True}, "unknown parameter(s) ['all']"),
-])
+@pytest.mark.parametrize(
+    ("method", "params", "message"),
+    [
+        ("slayer/saveMemory", {"entities": ["orders"]}, "'learning' must be a string, got null"),
+        (
+            "slayer/saveMemory",
+            {"learning": "x", "entities": "orders"},
+            "'entities' must be a list of strings",
+        ),
+        ("slayer/saveMemory", {"learning": "x", "entities": [1]}, "'entities' must be a list of strings"),
+        (
+            "slayer/saveMemory",
+            {"learning": "x", "query": ["orders"]},
+            "'query' must be an object, got a list",
+        ),
+        ("slayer/saveMemory", {"learning": "x"}, "give 'entities'"),
+        (
+            "slayer/saveMemory",
+            {"learning": "x", "entities": ["orders"], "id": True},
+            "'id' must be a string or an integer",
+        ),
+        (
+            "slayer/saveMemory",
+            {"learning": "x", "entities": ["orders"], "tags": []},
+            "unknown parameter(s) ['tags']",
+        ),
+        (
+            "slayer/saveMemory",
+            {"learning": "x", "entities": ["orders"], "linked_entities": ["orders"]},
+            "not both",
+        ),
+        ("slayer/saveMemory", [1], "params must be an object"),
+        # refused by the writer: its (SLayer's) message
+        (
+            "slayer/saveMemory",
+            {"learning": "  ", "entities": ["orders"]},
+            "learning text must be a non-empty string.",
+        ),
+        (
+            "slayer/saveMemory",
+            {"learning": "x", "entities": ["nosuch"]},
+            "cannot resolve 'nosuch': Entity 'nosuch' not found",
+        ),
+        ("slayer/saveMemory", {"learning": "x", "entities": []}, "linked_entities must be a non-empty list"),
+        (
+            "slayer/saveMemory",
+            {"learning": "x", "entities": ["orders"], "id": "a/b"},
+            "forbidden character '/'",
+        ),
+        (
+            "slayer/saveMemory",
+            {"learning": "x", "entities": ["memory:nosuch"]},
+            "No memory with id 'nosuch'.",
+        ),
+        ("slayer/forgetMemory", {}, "'id' must be a string or an integer, got null"),
+        ("slayer/forgetMemory", {"id": 1, "all": True}, "unknown parameter(s) ['all']"),
+    ],
+)
 async def test_invalid_params(client, method, params, message):
     before = (await request(client, "slayer/status", {}))["counts"]["memory"]
     with pytest.raises(JsonRpcInvalidParams) as info:
@@ -112,17 +177,23 @@ async def test_invalid_params(client, method, params, message):
 
 
 async def test_execute_command_twins(client):
-    saved = await client.workspace_execute_command_async(t.ExecuteCommandParams(
-        command="slayer.saveMemory", arguments=[{"learning": "Okapi orders ship late", "entities": ["orders"]}]))
+    saved = await client.workspace_execute_command_async(
+        t.ExecuteCommandParams(
+            command="slayer.saveMemory",
+            arguments=[{"learning": "Okapi orders ship late", "entities": ["orders"]}],
+        )
+    )
     saved = plain(saved)
     assert saved["created"] and saved["entities"] == ["jaffle.orders"]
     assert saved["id"] in await search_ids(client, "okapi")
-    gone = await client.workspace_execute_command_async(t.ExecuteCommandParams(
-        command="slayer.forgetMemory", arguments=[saved["id"]]))
+    gone = await client.workspace_execute_command_async(
+        t.ExecuteCommandParams(command="slayer.forgetMemory", arguments=[saved["id"]])
+    )
     assert plain(gone) == {"forgotten": True}
     with pytest.raises(JsonRpcInvalidParams):
-        await client.workspace_execute_command_async(t.ExecuteCommandParams(
-            command="slayer.saveMemory", arguments=[{"learning": 3}]))
+        await client.workspace_execute_command_async(
+            t.ExecuteCommandParams(command="slayer.saveMemory", arguments=[{"learning": 3}])
+        )
 
 
 async def test_a_store_that_refuses_the_write_is_a_request_failure(client):

@@ -28,14 +28,15 @@ def doc_id(uri: str) -> t.TextDocumentIdentifier:
 def text_at(client, loc: t.Location) -> str:
     path = client.store / loc.uri.split("/store/", 1)[1]
     line = path.read_text().split("\n")[loc.range.start.line]
-    return line[loc.range.start.character:loc.range.end.character]
+    return line[loc.range.start.character : loc.range.end.character]
 
 
 async def test_definition_goes_to_the_yaml_line(client):
     text, position = pos("source_model: orders\ndimensions: [stores.ci§ty]\n")
     open_doc(client, "file:///ws/a.query.yaml", text)
-    (loc,) = await client.text_document_definition_async(t.DefinitionParams(
-        text_document=doc_id("file:///ws/a.query.yaml"), position=position))
+    (loc,) = await client.text_document_definition_async(
+        t.DefinitionParams(text_document=doc_id("file:///ws/a.query.yaml"), position=position)
+    )
     assert loc.uri == uri_of(client.store / "models" / "jaffle" / "stores.yaml")
     assert text_at(client, loc) == "city"
 
@@ -43,20 +44,28 @@ async def test_definition_goes_to_the_yaml_line(client):
 async def test_definition_of_a_memory_tag(client):
     text, position = pos("---\nentities:\n- memory:kb.re§venue\n---\n")
     open_doc(client, "file:///ws/memories/x.md", text, "markdown")
-    (loc,) = await client.text_document_definition_async(t.DefinitionParams(
-        text_document=doc_id("file:///ws/memories/x.md"), position=position))
+    (loc,) = await client.text_document_definition_async(
+        t.DefinitionParams(text_document=doc_id("file:///ws/memories/x.md"), position=position)
+    )
     assert loc.uri == uri_of(client.store / "memories" / "kb.revenue.md")
 
 
 async def test_references_in_memories_and_open_queries(client):
     text, position = pos("source_model: orders\ndimensions: [sta§tus]\nfilters: [\"status = 'completed'\"]\n")
     open_doc(client, "file:///ws/b.query.yaml", text)
-    found = await client.text_document_references_async(t.ReferenceParams(
-        text_document=doc_id("file:///ws/b.query.yaml"), position=position,
-        context=t.ReferenceContext(include_declaration=True)))
+    found = await client.text_document_references_async(
+        t.ReferenceParams(
+            text_document=doc_id("file:///ws/b.query.yaml"),
+            position=position,
+            context=t.ReferenceContext(include_declaration=True),
+        )
+    )
     uris = [loc.uri for loc in found]
     assert uris[0] == uri_of(client.store / "models" / "jaffle" / "orders.yaml")  # the declaration
-    assert uri_of(client.store / "memories" / "2.md") in uris and uri_of(client.store / "memories" / "6.md") in uris
+    assert (
+        uri_of(client.store / "memories" / "2.md") in uris
+        and uri_of(client.store / "memories" / "6.md") in uris
+    )
     in_doc = sorted(loc.range.start.line for loc in found if loc.uri == "file:///ws/b.query.yaml")
     assert in_doc == [1, 2]
 
@@ -64,7 +73,9 @@ async def test_references_in_memories_and_open_queries(client):
 async def test_document_symbols_of_a_model_file(client):
     path = client.store / "models" / "jaffle" / "orders.yaml"
     open_doc(client, uri_of(path), path.read_text())
-    syms = await client.text_document_document_symbol_async(t.DocumentSymbolParams(text_document=doc_id(uri_of(path))))
+    syms = await client.text_document_document_symbol_async(
+        t.DocumentSymbolParams(text_document=doc_id(uri_of(path)))
+    )
     if isinstance(syms[0], t.DocumentSymbol):
         (model,) = syms
         assert model.name == "orders" and model.kind == t.SymbolKind.Class

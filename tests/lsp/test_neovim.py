@@ -36,25 +36,47 @@ def test_neovim_headless_client(tmp_path_factory):
     probe.write_text(QUERY)
     out = work / "out.json"
     case = json.loads(SEARCH_CASE.read_text())
-    env = {**os.environ, "LSP_CMD": f"{sys.executable} -m slayer_lsp.lsp --storage {store} --log-level WARNING",
-           "LSP_FILE": str(probe), "LSP_OUT": str(out), "LSP_SEARCH": json.dumps({**case["call"], "ranking": "slayer"}), "HOME": str(work), "XDG_CONFIG_HOME": str(work / "config"),
-           "XDG_DATA_HOME": str(work / "data"), "XDG_STATE_HOME": str(work / "state")}
-    proc = subprocess.run([nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c",
-                           f"luafile {HERE / 'neovim_client.lua'}"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=180)
-    assert out.is_file(), f"nvim wrote nothing (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
+    env = {
+        **os.environ,
+        "LSP_CMD": f"{sys.executable} -m slayer_lsp.lsp --storage {store} --log-level WARNING",
+        "LSP_FILE": str(probe),
+        "LSP_OUT": str(out),
+        "LSP_SEARCH": json.dumps({**case["call"], "ranking": "slayer"}),
+        "HOME": str(work),
+        "XDG_CONFIG_HOME": str(work / "config"),
+        "XDG_DATA_HOME": str(work / "data"),
+        "XDG_STATE_HOME": str(work / "state"),
+    }
+    proc = subprocess.run(
+        [nvim, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {HERE / 'neovim_client.lua'}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.is_file(), (
+        f"nvim wrote nothing (exit {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
+    )
     got = json.loads(out.read_text())
     assert got["errors"] == [], got["errors"]
     assert set(got["triggers"]) >= {".", ":", "(", '"'}
 
-    diags = sorted((d["code"], d["range"]["start"]["line"], d["range"]["start"]["character"]) for d in got["diagnostics"])
+    diags = sorted(
+        (d["code"], d["range"]["start"]["line"], d["range"]["start"]["character"]) for d in got["diagnostics"]
+    )
     assert diags == [("invalid-query", 1, 13), ("unknown-entity", 1, 22)]
     unknown = next(d for d in got["diagnostics"] if d["code"] == "unknown-entity")
     assert unknown["message"].startswith("Entity 'stauts' not found") and unknown["source"] == "slayer"
 
     items = got["completion"]["items"]
     assert [i["label"] for i in sorted(items, key=lambda i: i["sortText"])][:5] == [
-        "id", "name", "city", "opened_at", "tax_rate"]
+        "id",
+        "name",
+        "city",
+        "opened_at",
+        "tax_rate",
+    ]
     assert items[0]["textEdit"]["range"]["start"] == {"line": 1, "character": 20}
 
     assert got["hover"]["contents"]["value"].startswith("**model** `jaffle.orders`")
@@ -63,7 +85,9 @@ def test_neovim_headless_client(tmp_path_factory):
     assert column["range"]["start"] == {"line": 2, "character": 15}
 
     want = case["response"]
-    assert [(h["kind"], h["id"]) for h in got["search"]["results"]] == [(h["kind"], h["id"]) for h in want["results"]]
+    assert [(h["kind"], h["id"]) for h in got["search"]["results"]] == [
+        (h["kind"], h["id"]) for h in want["results"]
+    ]
     assert got["search"]["warnings"] == want["warnings"]
     assert got["bad"]["error"]["code"] == -32602 and "max_results" in got["bad"]["error"]["message"]
 
@@ -74,8 +98,10 @@ def test_neovim_headless_client(tmp_path_factory):
     for change in got["rename"].get("documentChanges") or []:
         if "edits" in change:
             edits.setdefault(change["textDocument"]["uri"], []).extend(change["edits"])
-    assert any(e["newText"] == "net_subtotal" and e["range"]["start"] == {"line": 2, "character": 15}
-               for e in edits[probe.as_uri()])
+    assert any(
+        e["newText"] == "net_subtotal" and e["range"]["start"] == {"line": 2, "character": 15}
+        for e in edits[probe.as_uri()]
+    )
     assert (store / "models" / "jaffle" / "orders.yaml").as_uri() in edits
     assert "already exists" in got["rename_refused"]["error"]["message"]
     assert got["signature"]["signatures"][0]["label"] == "sum(value)"

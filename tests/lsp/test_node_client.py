@@ -36,8 +36,14 @@ def test_node_vscode_jsonrpc_client(tmp_path_factory):
             pytest.fail(f"CI must provide {missing} for the independent client test")
         pytest.skip(f"{missing} is not installed")
     store = copy_store(tmp_path_factory)
-    proc = subprocess.run([node, str(HERE / "node_client.cjs"), str(store), sys.executable], cwd=REPO,
-                          env={**os.environ, "NODE_PATH": node_path}, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [node, str(HERE / "node_client.cjs"), str(store), sys.executable],
+        cwd=REPO,
+        env={**os.environ, "NODE_PATH": node_path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["serverInfo"]["name"] == "slayer-lsp" and "." in out["triggers"]

@@ -72,8 +72,9 @@ async def hover(c, marked: str) -> str | None:
 
 async def definition(c, marked: str):
     uri, position = await at(c, marked)
-    return await c.text_document_definition_async(t.DefinitionParams(
-        text_document=t.TextDocumentIdentifier(uri=uri), position=position))
+    return await c.text_document_definition_async(
+        t.DefinitionParams(text_document=t.TextDocumentIdentifier(uri=uri), position=position)
+    )
 
 
 async def test_completion_offers_only_reachable_names(client):
@@ -94,8 +95,10 @@ async def test_hover_on_out_of_scope_is_like_missing_and_hidden_gives_nothing(cl
     secret = await hover(client, "source_model: orders\ndimensions: [payroll.sal§ary_band]\n")
     missing = await hover(client, "source_model: orders\ndimensions: [nosuch.sal§ary_band]\n")
     assert secret is not None and secret.replace("payroll", "nosuch") == missing
-    for a, b in (("source_model: pay§roll\n", "source_model: nos§uch\n"),
-                 ("dimensions: [shop.audit.gr§aded]\n", "dimensions: [shop.nosuch.gr§aded]\n")):
+    for a, b in (
+        ("source_model: pay§roll\n", "source_model: nos§uch\n"),
+        ("dimensions: [shop.audit.gr§aded]\n", "dimensions: [shop.nosuch.gr§aded]\n"),
+    ):
         x, y = await hover(client, a), await hover(client, b)
         assert x.replace("payroll", "nosuch").replace("audit", "nosuch") == y
     assert await hover(client, "source_model: orders\ndimensions: [internal_n§ote]\n") is None
@@ -114,16 +117,27 @@ async def test_definition_and_references(client):
     assert loc.uri.endswith("/models/shop/orders.yaml")
 
     uri, position = await at(client, "---\nentities:\n- shop.custo§mers\n---\nx\n", ".md")
-    refs = await client.text_document_references_async(t.ReferenceParams(
-        text_document=t.TextDocumentIdentifier(uri=uri), position=position,
-        context=t.ReferenceContext(include_declaration=True)))
+    refs = await client.text_document_references_async(
+        t.ReferenceParams(
+            text_document=t.TextDocumentIdentifier(uri=uri),
+            position=position,
+            context=t.ReferenceContext(include_declaration=True),
+        )
+    )
     names = sorted(r.uri.rsplit("/", 1)[-1] for r in refs)
     assert "8.md" in names and "customers.yaml" in names
     for marked in ("source_model: pay§roll\n", "---\nentities:\n- memory:§2\n---\nx\n"):
         uri, position = await at(client, marked, ".md" if marked.startswith("---") else ".query.yaml")
-        assert await client.text_document_references_async(t.ReferenceParams(
-            text_document=t.TextDocumentIdentifier(uri=uri), position=position,
-            context=t.ReferenceContext(include_declaration=True))) is None
+        assert (
+            await client.text_document_references_async(
+                t.ReferenceParams(
+                    text_document=t.TextDocumentIdentifier(uri=uri),
+                    position=position,
+                    context=t.ReferenceContext(include_declaration=True),
+                )
+            )
+            is None
+        )
 
 
 async def test_diagnostics_name_out_of_scope_like_missing(client):
@@ -139,12 +153,22 @@ async def test_custom_requests_reach_nothing_out_of_scope(client):
     answers = []
     for word in SECRETS[TAGS]:
         for ranking in ("hybrid", "slayer"):
-            answers.append(await request(client, "slayer/search", {"question": word, "max_results": 50,
-                                                                   "ranking": ranking, "compact": False}))
+            answers.append(
+                await request(
+                    client,
+                    "slayer/search",
+                    {"question": word, "max_results": 50, "ranking": ranking, "compact": False},
+                )
+            )
     for cypher in ("MATCH (n) RETURN n.id AS id", "MATCH (m:Model) RETURN 'shop.payroll' AS id"):
         try:
-            answers.append(await request(client, "slayer/search", {"question": "grade salary Zanzibar",
-                                                                   "cypher_filter": cypher, "max_results": 50}))
+            answers.append(
+                await request(
+                    client,
+                    "slayer/search",
+                    {"question": "grade salary Zanzibar", "cypher_filter": cypher, "max_results": 50},
+                )
+            )
         except JsonRpcInvalidParams as exc:
             answers.append(str(exc))
     assert not leaks(repr(answers), TAGS)
@@ -152,17 +176,25 @@ async def test_custom_requests_reach_nothing_out_of_scope(client):
     got = await request(client, "slayer/search", {"entities": ["memory:2"]})
     miss = await request(client, "slayer/search", {"entities": ["memory:999"]})
     assert got["results"] == miss["results"] == []
-    assert [w.replace("'2'", "'999'").replace("memory:2", "memory:999") for w in got["warnings"]] == miss["warnings"]
+    assert [w.replace("'2'", "'999'").replace("memory:2", "memory:999") for w in got["warnings"]] == miss[
+        "warnings"
+    ]
 
-    items = (await request(client, "slayer/inspect", {"refs": ["shop.payroll", "memory:2", "shop.nosuch"]}))["items"]
+    items = (await request(client, "slayer/inspect", {"refs": ["shop.payroll", "memory:2", "shop.nosuch"]}))[
+        "items"
+    ]
     assert [set(i) for i in items] == [{"ref", "error"}] * 3
     assert items[0]["error"].replace("payroll", "nosuch") == items[2]["error"]
 
     status = await request(client, "slayer/status", {})
     models, memories = EXPECTED[TAGS]
     assert status["counts"]["model"] == len(models) and status["counts"]["memory"] == len(memories)
-    assert status["options"]["scope"] == {"datasources": [], "accessTags": ["ops"], "untaggedOnly": False,
-                                          "fixedBy": None}
+    assert status["options"]["scope"] == {
+        "datasources": [],
+        "accessTags": ["ops"],
+        "untaggedOnly": False,
+        "fixedBy": None,
+    }
     assert not leaks(repr(status["issues"]), TAGS)
 
     symbols = await client.workspace_symbol_async(t.WorkspaceSymbolParams(query="Zanzibar salary payroll"))
@@ -174,13 +206,23 @@ async def test_custom_requests_reach_nothing_out_of_scope(client):
 async def test_writes_cannot_touch_unreachable_memories(client):
     store = client.store
     with pytest.raises(JsonRpcInvalidParams, match="conflicts with parts of it you cannot access"):
-        await request(client, "slayer/saveMemory", {"id": "8", "learning": "overwrite",  # 8 links to 2: a
-                                                    "entities": ["shop.orders"]})  # write would drop the link
+        await request(
+            client,
+            "slayer/saveMemory",
+            {
+                "id": "8",
+                "learning": "overwrite",  # 8 links to 2: a
+                "entities": ["shop.orders"],
+            },
+        )  # write would drop the link
     refusals = []
     for memory_id in ("2", "99"):  # 2 is out of scope: refused exactly as a free id is
         with pytest.raises(JsonRpcInvalidParams) as exc:
-            await request(client, "slayer/saveMemory", {"id": memory_id, "learning": "overwrite",
-                                                        "entities": ["shop.orders"]})
+            await request(
+                client,
+                "slayer/saveMemory",
+                {"id": memory_id, "learning": "overwrite", "entities": ["shop.orders"]},
+            )
         refusals.append(str(exc.value).replace(f"'{memory_id}'", "'<id>'"))
     assert refusals[0] == refusals[1] and "not a memory this session can update" in refusals[0]
     assert "Zanzibar" in (store / "memories" / "2.md").read_text()
@@ -193,7 +235,9 @@ async def test_writes_cannot_touch_unreachable_memories(client):
             await request(client, "slayer/saveMemory", {"learning": "x", "entities": [ref]})
         errors.append(str(exc.value))
     assert errors[0].replace("payroll", "nosuch") == errors[1]
-    saved = await request(client, "slayer/saveMemory", {"learning": "Orders ship daily.", "entities": ["shop.orders"]})
+    saved = await request(
+        client, "slayer/saveMemory", {"learning": "Orders ship daily.", "entities": ["shop.orders"]}
+    )
     assert saved["id"] not in _MEMORY_IDS  # a fresh id: never an unreachable memory's
     assert await request(client, "slayer/forgetMemory", {"id": saved["id"]}) == {"forgotten": True}
 
@@ -206,10 +250,14 @@ async def test_the_scope_follows_the_configuration(tmp_path):
     c = await start_client(store, "visual-studio-code", OPTIONS)
     try:
         assert (await request(c, "slayer/search", {"question": "Zanzibar"}))["results"] == []
-        c.workspace_did_change_configuration(t.DidChangeConfigurationParams(
-            settings={"slayerLsp": {"scope": {"accessTags": ["hr"]}}}))
-        found = await eventually(lambda: c.protocol.send_request_async("slayer/search", {"question": "Zanzibar"}),
-                                 lambda r: bool(r.results), "payroll within the new scope")
+        c.workspace_did_change_configuration(
+            t.DidChangeConfigurationParams(settings={"slayerLsp": {"scope": {"accessTags": ["hr"]}}})
+        )
+        found = await eventually(
+            lambda: c.protocol.send_request_async("slayer/search", {"question": "Zanzibar"}),
+            lambda r: bool(r.results),
+            "payroll within the new scope",
+        )
         assert any(h.id in ("shop.payroll", "2") for h in found.results)
     finally:
         await stop_client(c)
@@ -219,14 +267,27 @@ async def test_a_command_line_scope_is_fixed(tmp_path):
     """``slayer-lsp serve --access-tag ops``: the client's scope option cannot widen it."""
     store = write_store(tmp_path / "store")
     c = make_test_lsp_client()
-    await c.start_io(sys.executable, "-m", "slayer_lsp", "serve", "--storage", str(store), "--access-tag", "ops",
-                     cwd=str(REPO))
+    await c.start_io(
+        sys.executable,
+        "-m",
+        "slayer_lsp",
+        "serve",
+        "--storage",
+        str(store),
+        "--access-tag",
+        "ops",
+        cwd=str(REPO),
+    )
     try:
-        await c.initialize_session(t.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"),
-            initialization_options={"embedding": {"enable": False}, "scope": {"accessTags": ["hr"]}}))
-        status = await eventually(lambda: c.protocol.send_request_async("slayer/status", {}), lambda s: s.ready,
-                                  "the initial index")
+        await c.initialize_session(
+            t.InitializeParams(
+                capabilities=client_capabilities("visual-studio-code"),
+                initialization_options={"embedding": {"enable": False}, "scope": {"accessTags": ["hr"]}},
+            )
+        )
+        status = await eventually(
+            lambda: c.protocol.send_request_async("slayer/status", {}), lambda s: s.ready, "the initial index"
+        )
         status = await request(c, "slayer/status", {})
         assert status["options"]["scope"]["fixedBy"] == "command line"
         assert status["options"]["scope"]["accessTags"] == ["ops"]

@@ -49,20 +49,26 @@ async def test_the_command_twin(client):
     params = {"kind": "model", "facets": {"meaning": "orders", "columns": "status subtotal"}, "limit": 3}
     direct = await request(client, METHOD, params)
     assert direct["results"][0]["id"] == "jaffle.orders" and direct["channel"] == "lexical"
-    twin = plain(await client.workspace_execute_command_async(
-        t.ExecuteCommandParams(command="slayer.searchFacets", arguments=[params])))
+    twin = plain(
+        await client.workspace_execute_command_async(
+            t.ExecuteCommandParams(command="slayer.searchFacets", arguments=[params])
+        )
+    )
     assert twin == direct
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"kind": "column"}, "missing required field `facets`"),
-    ({"kind": "column", "facets": {"meaning": "x"}, "colour": 1}, "unknown field `colour`"),
-    ([1, 2], "params must be an object"),
-    ({"kind": "column", "facets": {"colour": "red"}}, "facet 'colour' is not a facet of column"),
-    ({"kind": "join", "facets": {"meaning": "x"}}, "kind 'join' has no facets"),
-    ({"kind": "column", "facets": {"meaning": "x"}, "limit": 0}, "limit must be >= 1"),
-    ({"kind": "column", "facets": {"meaning": "x"}, "datasource": "nosuch"}, "nosuch"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"kind": "column"}, "missing required field `facets`"),
+        ({"kind": "column", "facets": {"meaning": "x"}, "colour": 1}, "unknown field `colour`"),
+        ([1, 2], "params must be an object"),
+        ({"kind": "column", "facets": {"colour": "red"}}, "facet 'colour' is not a facet of column"),
+        ({"kind": "join", "facets": {"meaning": "x"}}, "kind 'join' has no facets"),
+        ({"kind": "column", "facets": {"meaning": "x"}, "limit": 0}, "limit must be >= 1"),
+        ({"kind": "column", "facets": {"meaning": "x"}, "datasource": "nosuch"}, "nosuch"),
+    ],
+)
 async def test_invalid_params(client, params, message):
     with pytest.raises(JsonRpcInvalidParams) as info:
         await request(client, METHOD, params)
@@ -77,9 +83,11 @@ async def test_a_store_edit_reaches_the_facets(client):
     city["sampled"] = ", ".join(city["sampled_values"])
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     params = {"kind": "column", "facets": {"meaning": "city", "values": "Berlin"}}
-    got = await eventually(lambda: request(client, METHOD, params),
-                           lambda r: [h["id"] for h in r["results"]][:1] == ["jaffle.stores.city"],
-                           "the edited samples to be searched")
+    got = await eventually(
+        lambda: request(client, METHOD, params),
+        lambda r: [h["id"] for h in r["results"]][:1] == ["jaffle.stores.city"],
+        "the edited samples to be searched",
+    )
     assert [h["id"] for h in got["results"]] == ["jaffle.stores.city", "jaffle.customers.city"]
 
 
@@ -102,8 +110,12 @@ def parts_done(status: dict) -> bool:
 
 
 async def test_part_vectors_rank_by_cosine(dense_client, yaml_catalog):
-    status = await eventually(lambda: request(dense_client, "slayer/status", {}), parts_done,
-                              "the part vectors to be embedded", timeout=EMBED_WAIT_S)
+    status = await eventually(
+        lambda: request(dense_client, "slayer/status", {}),
+        parts_done,
+        "the part vectors to be embedded",
+        timeout=EMBED_WAIT_S,
+    )
     parts = status["embedding"]["parts"]
     want: dict[str, int] = {}
     for cid in yaml_catalog.searchable_ids():
@@ -115,8 +127,9 @@ async def test_part_vectors_rank_by_cosine(dense_client, yaml_catalog):
     # (pygls' client decodes objects into namedtuples, which rename keys like "column#values": the
     # counts are compared in the server's sorted key order)
     assert list(parts["kinds"].values()) == [n for _, n in sorted(want.items())] and parts["failed"] == 0
-    got = await request(dense_client, METHOD, {"kind": "column", "facets": {"meaning": "town",
-                                                                          "values": "European capitals"}})
+    got = await request(
+        dense_client, METHOD, {"kind": "column", "facets": {"meaning": "town", "values": "European capitals"}}
+    )
     assert got["channel"] == "dense" and got["warnings"] == []
     assert got["results"][0]["id"] == "jaffle.customers.city"  # no word of either query is in its texts
     for hit in got["results"]:

@@ -37,16 +37,21 @@ OLD, NEW = "Stock keeping unit", "Stock keeping unit (restored)"
 QUERY, ON_SKU = pos("source_model: books\ndimensions: [sk§u]\n")
 QUERY_URI = "file:///ws/faults.query.yaml"
 # the daemon, with SIGXFSZ ignored so that a file-size limit makes writes fail instead of killing it
-DAEMON = ("import runpy, signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-          "runpy.run_module('slayer_lsp.lsp', run_name='__main__', alter_sys=True)")
+DAEMON = (
+    "import runpy, signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+    "runpy.run_module('slayer_lsp.lsp', run_name='__main__', alter_sys=True)"
+)
 
 
 async def start(store: Path) -> LanguageClient:
     c = make_test_lsp_client()
     await c.start_io(sys.executable, "-c", DAEMON, "--storage", str(store), cwd=str(REPO))
-    await c.initialize_session(t.InitializeParams(
-        capabilities=client_capabilities("neovim@v0.7.0"),
-        initialization_options={"diagnostics": {"debounceMs": 20}, "embedding": NO_EMBEDDINGS}))
+    await c.initialize_session(
+        t.InitializeParams(
+            capabilities=client_capabilities("neovim@v0.7.0"),
+            initialization_options={"diagnostics": {"debounceMs": 20}, "embedding": NO_EMBEDDINGS},
+        )
+    )
     await eventually(lambda: status(c), lambda s: s["ready"], "the initial index")
     open_doc(c, QUERY_URI, QUERY)
     c.store = store  # type: ignore[attr-defined]
@@ -95,24 +100,31 @@ async def test_a_garbled_model_and_a_vanished_store_keep_the_last_good_snapshot(
         path = store / BOOKS
         good = path.read_text()
         path.write_bytes(b"\x00garbage\xff" * 300)
-        st = await eventually(lambda: status(c), lambda s: any("books.yaml" in i for i in s["issues"]),
-                              "the load issue of the garbled file")
+        st = await eventually(
+            lambda: status(c),
+            lambda s: any("books.yaml" in i for i in s["issues"]),
+            "the load issue of the garbled file",
+        )
         books_issues = [i for i in st["issues"] if "books.yaml" in i]
         assert len(books_issues) == 1 and "serving its last good version" in books_issues[0]
         assert st["readable"] and OLD in await hover(c) and await search_ids(c) == found
         path.write_text(good)
-        await eventually(lambda: status(c), lambda s: not any("books.yaml" in i for i in s["issues"]),
-                         "the repaired file")
+        await eventually(
+            lambda: status(c), lambda s: not any("books.yaml" in i for i in s["issues"]), "the repaired file"
+        )
 
         # the store directory goes away: one warning, the last good snapshot answers, retries are silent
         away = tmp_path / "away"
         t0 = time.monotonic()
         store.rename(away)
-        st = await eventually(lambda: status(c), lambda s: not s["readable"], "the store to be reported unreadable")
+        st = await eventually(
+            lambda: status(c), lambda s: not s["readable"], "the store to be reported unreadable"
+        )
         t_fault = time.monotonic()
         assert "does not exist" in st["error"]
-        await eventually(lambda: shown(c, t.MessageType.Warning, "cannot be read"), lambda m: len(m) == 1,
-                         "the warning")
+        await eventually(
+            lambda: shown(c, t.MessageType.Warning, "cannot be read"), lambda m: len(m) == 1, "the warning"
+        )
         await asyncio.sleep(4)  # retries at 0.5, 1 and 2 s
         assert len(shown(c, t.MessageType.Warning, "cannot be read")) == 1
         assert OLD in await hover(c) and await search_ids(c) == found
@@ -125,8 +137,9 @@ async def test_a_garbled_model_and_a_vanished_store_keep_the_last_good_snapshot(
         shutil.copytree(away, store)
         await eventually(lambda: hover(c), lambda h: NEW in h, "the restored store's content")
         t_back = time.monotonic()
-        await eventually(lambda: shown(c, t.MessageType.Info, "can be read again"), lambda m: len(m) == 1,
-                         "the all-clear")
+        await eventually(
+            lambda: shown(c, t.MessageType.Info, "can be read again"), lambda m: len(m) == 1, "the all-clear"
+        )
         st = await eventually(lambda: status(c), lambda s: s["issues"] == [], "every restored file loaded")
         assert st["readable"] and st["error"] is None
         assert "shop.books.sku" in await search_ids(c)
@@ -160,8 +173,9 @@ async def test_a_sqlite_store_locked_then_corrupted_recovers_by_itself(tmp_path)
         found = await search_ids(c)
 
         # another process holds the store locked; a touch makes the daemon read (and wait 2 s, then give up)
-        locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(db)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
+        locker = subprocess.Popen(
+            [sys.executable, "-c", LOCKER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         try:
             assert locker.stdout.readline().strip() == "locked"
             os.utime(db)
@@ -181,8 +195,11 @@ async def test_a_sqlite_store_locked_then_corrupted_recovers_by_itself(tmp_path)
             fh.write(os.urandom(len(good)))
         st = await eventually(lambda: status(c), lambda s: not s["readable"], "the corruption to be reported")
         assert OLD in await hover(c) and await search_ids(c) == found
-        await eventually(lambda: shown(c, t.MessageType.Warning, "cannot be read"), lambda m: len(m) == 2,
-                         "one warning for the second outage")
+        await eventually(
+            lambda: shown(c, t.MessageType.Warning, "cannot be read"),
+            lambda m: len(m) == 2,
+            "one warning for the second outage",
+        )
         fixed = tmp_path / "fixed.db"
         fixed.write_bytes(good)
         with sqlite3.connect(fixed) as conn:
@@ -224,8 +241,11 @@ async def test_a_full_disk_refuses_a_memory_with_a_clear_error_and_loses_nothing
         count = (await status(c))["counts"]["memory"]
         limit_writes(c, 0)
         with pytest.raises(JsonRpcException) as err:
-            await request(c, "slayer/saveMemory", {"learning": "Tundra orders ship from the north depot.",
-                                                   "entities": ["books.sku"]})
+            await request(
+                c,
+                "slayer/saveMemory",
+                {"learning": "Tundra orders ship from the north depot.", "entities": ["books.sku"]},
+            )
         assert err.value.code == t.LSPErrorCodes.RequestFailed.value
         reason = {"yaml": "File too large (EFBIG)", "sqlite": "disk I/O error (SQLITE_IOERR_WRITE)"}[backend]
         assert "slayer/saveMemory: cannot" in str(err.value) and reason in str(err.value)
@@ -238,8 +258,11 @@ async def test_a_full_disk_refuses_a_memory_with_a_clear_error_and_loses_nothing
         assert (await status(c))["counts"]["memory"] == count
 
         limit_writes(c, None)  # space again
-        saved = await request(c, "slayer/saveMemory", {"learning": "Tundra orders ship from the north depot.",
-                                                       "entities": ["books.sku"]})
+        saved = await request(
+            c,
+            "slayer/saveMemory",
+            {"learning": "Tundra orders ship from the north depot.", "entities": ["books.sku"]},
+        )
         assert saved["id"] in await search_ids(c, "tundra north depot")
         assert (await status(c))["counts"]["memory"] == count + 1
         assert not [m.message for m in c.messages if m.type == t.MessageType.Error]

@@ -22,17 +22,22 @@ def store(tmp_path_factory) -> Path:
     return copy_store(tmp_path_factory)
 
 
-@pytest.mark.parametrize(("changed", "expected"), [
-    (["models/jaffle/orders.yaml"], ["models/jaffle/orders.yaml"]),
-    (["models/jaffle/orders.yaml", "memories/1.md", "datasources/jaffle.yaml", "priority.yaml"],
-     ["models/jaffle/orders.yaml", "memories/1.md", "datasources/jaffle.yaml", "priority.yaml"]),
-    (["models/jaffle/gone.yaml"], ["models/jaffle/gone.yaml"]),  # a deleted document is re-checked
-    (["models/jaffle/notes.txt"], []),  # not a document: nothing to re-read
-    (["models/jaffle"], None),  # a directory: its files were not reported one by one
-    (["models/newds"], None),  # something gone that may have been a directory
-    ([""], None),  # the store itself
-    (["memories/1.md", "models"], None),
-])
+@pytest.mark.parametrize(
+    ("changed", "expected"),
+    [
+        (["models/jaffle/orders.yaml"], ["models/jaffle/orders.yaml"]),
+        (
+            ["models/jaffle/orders.yaml", "memories/1.md", "datasources/jaffle.yaml", "priority.yaml"],
+            ["models/jaffle/orders.yaml", "memories/1.md", "datasources/jaffle.yaml", "priority.yaml"],
+        ),
+        (["models/jaffle/gone.yaml"], ["models/jaffle/gone.yaml"]),  # a deleted document is re-checked
+        (["models/jaffle/notes.txt"], []),  # not a document: nothing to re-read
+        (["models/jaffle"], None),  # a directory: its files were not reported one by one
+        (["models/newds"], None),  # something gone that may have been a directory
+        ([""], None),  # the store itself
+        (["memories/1.md", "models"], None),
+    ],
+)
 def test_document_paths(store, changed, expected):
     loc = StoreLocation("yaml", store)
     (store / "models" / "jaffle" / "notes.txt").write_text("x")
@@ -80,16 +85,31 @@ def test_one_callback_per_burst_with_every_path_and_no_hold_back_by_ignored_file
         time.sleep(0.4)
     finally:
         watcher.stop()
-    assert calls == [{str(store / "models" / "jaffle" / f"{n}.yaml") for n in ("orders", "stores", "customers")}]
+    assert calls == [
+        {str(store / "models" / "jaffle" / f"{n}.yaml") for n in ("orders", "stores", "customers")}
+    ]
 
 
-@pytest.mark.parametrize(("raw", "enable", "switch", "problems"), [
-    (None, True, False, []),
-    ({"embedding": {"enable": False}}, False, False, []),
-    ({"embedding": {"switchModel": True, "model": "text-embedding-3-small"}}, True, True, []),
-    ({"embedding": {"enable": "no"}}, True, False, ["'embedding.enable': expected true or false, got a string"]),
-    ({"embedding": {"switch_model": 1}}, True, False, ["'embedding.switchModel': expected true or false"]),
-])
+@pytest.mark.parametrize(
+    ("raw", "enable", "switch", "problems"),
+    [
+        (None, True, False, []),
+        ({"embedding": {"enable": False}}, False, False, []),
+        ({"embedding": {"switchModel": True, "model": "text-embedding-3-small"}}, True, True, []),
+        (
+            {"embedding": {"enable": "no"}},
+            True,
+            False,
+            ["'embedding.enable': expected true or false, got a string"],
+        ),
+        (
+            {"embedding": {"switch_model": 1}},
+            True,
+            False,
+            ["'embedding.switchModel': expected true or false"],
+        ),
+    ],
+)
 def test_embedding_options(raw, enable, switch, problems):
     opts, found = parse_options(raw)
     assert opts.embedding.enable is enable and opts.embedding.switch_model is switch
@@ -98,8 +118,9 @@ def test_embedding_options(raw, enable, switch, problems):
     assert again == opts
 
 
-@pytest.mark.parametrize(("value", "expected"), [("", 50), ("20", 20), ("0", 0), ("soon", 50), ("-1", 50),
-                                                  ("99999", 50)])
+@pytest.mark.parametrize(
+    ("value", "expected"), [("", 50), ("20", 20), ("0", 0), ("soon", 50), ("-1", 50), ("99999", 50)]
+)
 def test_watch_quiet_ms(monkeypatch, value, expected):
     from slayer_lsp.watch import watch_quiet_ms
 
@@ -121,18 +142,27 @@ def test_write_errors_name_the_culprit():
 
     assert set(WRITE_ERROR_CODES) == set(WriteErrorKind)
 
-    bad = write_error("slayer/saveMemory", MemoryWriteError("cannot resolve 'x': nope", reference="x",
-                                                            kind=WriteErrorKind.UNRESOLVED))
-    assert isinstance(bad, JsonRpcInvalidParams) and bad.message == "slayer/saveMemory: cannot resolve 'x': nope"
-    for exc in (MemoryWriteError("timed out after 30s waiting for /s/memories.lock", kind=WriteErrorKind.BUSY),
-                MemoryWriteError("no SLayer YAML store at /s", kind=WriteErrorKind.STORE)):
+    bad = write_error(
+        "slayer/saveMemory",
+        MemoryWriteError("cannot resolve 'x': nope", reference="x", kind=WriteErrorKind.UNRESOLVED),
+    )
+    assert (
+        isinstance(bad, JsonRpcInvalidParams) and bad.message == "slayer/saveMemory: cannot resolve 'x': nope"
+    )
+    for exc in (
+        MemoryWriteError("timed out after 30s waiting for /s/memories.lock", kind=WriteErrorKind.BUSY),
+        MemoryWriteError("no SLayer YAML store at /s", kind=WriteErrorKind.STORE),
+    ):
         assert write_error("m", exc).code == t.LSPErrorCodes.RequestFailed.value
     try:
-        raise MemoryWriteError("cannot write /s/memories/1.md: Read-only file system (EROFS)",
-                               kind=WriteErrorKind.STORE) from OSError(30, "ro")
+        raise MemoryWriteError(
+            "cannot write /s/memories/1.md: Read-only file system (EROFS)", kind=WriteErrorKind.STORE
+        ) from OSError(30, "ro")
     except MemoryWriteError as exc:
         assert write_error("m", exc).code == t.LSPErrorCodes.RequestFailed.value
     try:
-        raise MemoryWriteError("database is locked", kind=WriteErrorKind.BUSY) from sqlite3.OperationalError("locked")
+        raise MemoryWriteError("database is locked", kind=WriteErrorKind.BUSY) from sqlite3.OperationalError(
+            "locked"
+        )
     except MemoryWriteError as exc:
         assert write_error("m", exc).code == t.LSPErrorCodes.RequestFailed.value

@@ -27,8 +27,9 @@ def _generate():
 
 def test_the_tool_list_file_is_up_to_date():
     wanted = _generate().render_mcp_tools()
-    assert (PROTOCOL / "mcp-tools.json").read_text(encoding="utf-8") == wanted, \
+    assert (PROTOCOL / "mcp-tools.json").read_text(encoding="utf-8") == wanted, (
         "out of date: run python protocol/generate.py"
+    )
     tools = json.loads(wanted)["tools"]
     assert [t["name"] for t in tools] == [s.name for s in mt.TOOLS]
     for tool in tools:

@@ -92,9 +92,12 @@ async def inspect(ls: SlayerLanguageServer, params: p.InspectRequestParams) -> d
 
     def work() -> dict[str, Any]:
         catalog = engine.catalog
-        items = [convert.located_item(ls, item, nav.entity_location(catalog, item.canonical)
-                                      if item.canonical else None)
-                 for item in inspect_refs(catalog, refs)]
+        items = [
+            convert.located_item(
+                ls, item, nav.entity_location(catalog, item.canonical) if item.canonical else None
+            )
+            for item in inspect_refs(catalog, refs)
+        ]
         return msgspec.to_builtins(p.InspectResult(items=items))
 
     return await asyncio.to_thread(work)
@@ -127,28 +130,39 @@ async def status(ls: SlayerLanguageServer, params: p.StatusParams) -> dict[str, 
     if engine is not None:
         out.update(store=str(engine.location.path), backend=engine.location.backend)
     if engine is not None and state is not None:
+
         def report() -> dict[str, Any]:
             data: dict[str, Any] = msgspec.to_builtins(engine_status(engine))
             stats = engine.stats
-            data.update(refreshes=stats.refreshes, last_delta_size=stats.last_delta_size,
-                        issues=[str(i) for i in state.catalog.issues][:50])
+            data.update(
+                refreshes=stats.refreshes,
+                last_delta_size=stats.last_delta_size,
+                issues=[str(i) for i in state.catalog.issues][:50],
+            )
             return data
 
         out.update(await asyncio.to_thread(report))
     scope = ls.session_scope()
-    out.update({
-        "ready": state is not None,
-        "indexing": ls.indexing,
-        "server_error": ls.engine_error,
-        "options": {**ls.options.to_dict(), "scope": {
-            "datasources": list(scope.datasources), "accessTags": list(scope.access_tags or ()),
-            "untaggedOnly": scope.access_tags == (),
-            "fixedBy": "command line" if ls.cli_scope is not None else None}},
-        "option_problems": list(ls.option_problems),
-        "open_documents": len(ls.workspace.text_documents),
-        "watching": str(ls.watcher.watching) if ls.watcher is not None and ls.watcher.running else None,
-        "uptime_s": round(time.time() - ls.started, 1),
-    })
+    out.update(
+        {
+            "ready": state is not None,
+            "indexing": ls.indexing,
+            "server_error": ls.engine_error,
+            "options": {
+                **ls.options.to_dict(),
+                "scope": {
+                    "datasources": list(scope.datasources),
+                    "accessTags": list(scope.access_tags or ()),
+                    "untaggedOnly": scope.access_tags == (),
+                    "fixedBy": "command line" if ls.cli_scope is not None else None,
+                },
+            },
+            "option_problems": list(ls.option_problems),
+            "open_documents": len(ls.workspace.text_documents),
+            "watching": str(ls.watcher.watching) if ls.watcher is not None and ls.watcher.running else None,
+            "uptime_s": round(time.time() - ls.started, 1),
+        }
+    )
     return out
 
 
@@ -164,11 +178,21 @@ async def save_memory(ls: SlayerLanguageServer, params: p.SaveMemoryParams) -> d
     engine, state = await _writable(ls)
 
     def work() -> dict[str, Any]:
-        saved = writes.save(engine, state, learning=params.learning, entities=entities, query=query, id=params.id,
-                            description=params.description)
+        saved = writes.save(
+            engine,
+            state,
+            learning=params.learning,
+            entities=entities,
+            query=query,
+            id=params.id,
+            description=params.description,
+        )
         writes.refresh_after_write(engine, saved.touched)
-        return msgspec.to_builtins(p.SaveMemoryResult(id=saved.id, entities=saved.entities, created=saved.created,
-                                                      warnings=saved.warnings))
+        return msgspec.to_builtins(
+            p.SaveMemoryResult(
+                id=saved.id, entities=saved.entities, created=saved.created, warnings=saved.warnings
+            )
+        )
 
     result = await asyncio.to_thread(work)
     ls.diagnostics.republish_all()
@@ -204,8 +228,10 @@ async def apply_store_rename(ls: SlayerLanguageServer, args: tuple[Any, ...]) ->
         raise Refused("expected one argument, the plan id of a rename")
     pending = ls.store_rename
     if pending is None or pending[0] != args[0]:
-        raise Refused(f"no pending store rename {args[0]!r} (only the last rename planned in a SQLite store is "
-                      f"pending, once): rename again")
+        raise Refused(
+            f"no pending store rename {args[0]!r} (only the last rename planned in a SQLite store is "
+            f"pending, once): rename again"
+        )
     plan = pending[1]
     store = plan.store
     assert store is not None  # only a plan with store rows is kept pending
@@ -214,8 +240,12 @@ async def apply_store_rename(ls: SlayerLanguageServer, args: tuple[Any, ...]) ->
     def work() -> dict[str, Any]:
         writes.rename_rows(engine, store, plan.entity)
         writes.refresh_after_write(engine, None)
-        return {"entity": plan.entity, "new_entity": plan.new_entity, "models": store.models,
-                "memories": store.memories}
+        return {
+            "entity": plan.entity,
+            "new_entity": plan.new_entity,
+            "models": store.models,
+            "memories": store.memories,
+        }
 
     try:
         result = await asyncio.to_thread(work)

@@ -99,8 +99,9 @@ async def document_symbol(ls: SlayerLanguageServer, params: t.DocumentSymbolPara
     return await ls.run(work, default=None)
 
 
-async def workspace_symbol(ls: SlayerLanguageServer,
-                           params: t.WorkspaceSymbolParams) -> list[t.SymbolInformation] | None:
+async def workspace_symbol(
+    ls: SlayerLanguageServer, params: t.WorkspaceSymbolParams
+) -> list[t.SymbolInformation] | None:
     query = (params.query or "").strip()
 
     def work() -> list[t.SymbolInformation]:
@@ -114,8 +115,11 @@ async def workspace_symbol(ls: SlayerLanguageServer,
         else:  # an empty query lists the models (VS Code asks with "" first)
             idx = comp.index_for(catalog, ls.scope())
             hits = [("model", i.canonical) for i in idx.models() if i.canonical][:WORKSPACE_SYMBOL_LIMIT]
-        return [convert.workspace_symbol(s, convert.location(ls, s.location))
-                for s in nav.workspace_symbols(catalog, hits) if s.location is not None]
+        return [
+            convert.workspace_symbol(s, convert.location(ls, s.location))
+            for s in nav.workspace_symbols(catalog, hits)
+            if s.location is not None
+        ]
 
     return await ls.run(work, default=None)
 

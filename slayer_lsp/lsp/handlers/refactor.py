@@ -34,8 +34,9 @@ async def code_action(ls: SlayerLanguageServer, params: t.CodeActionParams) -> l
     def work() -> list[t.CodeAction] | None:
         actions = []
         pending = ls.store_rename
-        if pending is not None and (not only or any(t.CodeActionKind.RefactorRewrite.value.startswith(k)
-                                                     for k in only)):
+        if pending is not None and (
+            not only or any(t.CodeActionKind.RefactorRewrite.value.startswith(k) for k in only)
+        ):
             actions.append(store_rename_action(*pending))
         for x in ls.diagnostics.diagnose(snap):
             if not x.fixes:
@@ -43,8 +44,10 @@ async def code_action(ls: SlayerLanguageServer, params: t.CodeActionParams) -> l
             rng = convert.to_range(x.span, snap.lines, snap.codec)
             if not convert.overlaps(rng, want):
                 continue
-            lsp_diag = next((cd for cd in client_diags if cd.code == x.code and cd.range == rng),
-                            convert.diagnostic(x, snap))
+            lsp_diag = next(
+                (cd for cd in client_diags if cd.code == x.code and cd.range == rng),
+                convert.diagnostic(x, snap),
+            )
             actions.extend(convert.quick_fixes(x, lsp_diag, snap))
         return actions or None
 
@@ -86,15 +89,24 @@ async def rename(ls: SlayerLanguageServer, params: t.RenameParams) -> t.Workspac
             target = ren.target_at(doc, line, col, catalog)
             state = ls.current_state()
             if catalog.location.backend != "yaml" and state is not None and state.full is not None:
-                raise ren.RenameError("a scoped session cannot rename in a SQLite store: the rename would rewrite "
-                                      "rows (memories, models) the session cannot see")
+                raise ren.RenameError(
+                    "a scoped session cannot rename in a SQLite store: the rename would rewrite "
+                    "rows (memories, models) the session cannot see"
+                )
             read, text_of = ls.store_readers(snaps)
-            plan = ren.plan_rename(catalog, target.entity, params.new_name, ls.workspace_docs(snaps),
-                                   read=read, text_of=text_of)
+            plan = ren.plan_rename(
+                catalog, target.entity, params.new_name, ls.workspace_docs(snaps), read=read, text_of=text_of
+            )
         except ren.RenameError as exc:
             raise request_failed(str(exc)) from exc
-        log.info("rename %s -> %s: %d edits in %d files, %d file renames", plan.entity, plan.new_entity,
-                 plan.edit_count, len(plan.files), len(plan.renames))
+        log.info(
+            "rename %s -> %s: %d edits in %d files, %d file renames",
+            plan.entity,
+            plan.new_entity,
+            plan.edit_count,
+            len(plan.files),
+            len(plan.renames),
+        )
         return rename_edit(ls, plan)
 
     return await ls.run(work, default=None)
@@ -115,11 +127,17 @@ async def code_lens(ls: SlayerLanguageServer, params: t.CodeLensParams) -> list[
         leaves = {split_canonical(c)[2]: c for c in catalog.children(doc.model_id)}
         lenses = []
         for sym in doc.symbols:
-            entries = [(sym, doc.model_id)] + [(c, leaves.get(c.name)) for c in sym.children if c.kind == "column"]
+            entries = [(sym, doc.model_id)] + [
+                (c, leaves.get(c.name)) for c in sym.children if c.kind == "column"
+            ]
             for s, canonical in entries:
                 if canonical is not None and canonical in catalog:
-                    lenses.append(t.CodeLens(range=convert.to_range(s.selection, snap.lines, snap.codec),
-                                             data={"entity": canonical}))
+                    lenses.append(
+                        t.CodeLens(
+                            range=convert.to_range(s.selection, snap.lines, snap.codec),
+                            data={"entity": canonical},
+                        )
+                    )
         return lenses or None
 
     return await ls.run(work, default=None)
