@@ -174,3 +174,24 @@ def test_shallow_fetch_gives_the_full_answer(monkeypatch, first_depth):
     full = [msgspec.to_builtins(engine.search(c)) for c in calls]
     monkeypatch.setattr(rrf, "initial_depth", lambda n: first_depth)
     assert [msgspec.to_builtins(engine.search(c)) for c in calls] == full
+
+
+@pytest.mark.parametrize(
+    "every_change_up_to, divisor, expected", [(10**6, 200, True), (10, 200, True), (10, 2, False)]
+)
+def test_a_large_index_is_not_rebuilt_for_every_change(
+    store, monkeypatch, every_change_up_to, divisor, expected
+):
+    """Up to ``COMPACT_EVERY_CHANGE_UP_TO`` documents a change is followed by a rebuild (answers stay
+    a cold start's); past it, only once replaced documents are ``1/COMPACT_DIVISOR`` of the index
+    (this store: 74 documents, of which the edit replaces a few)."""
+    from slayer_lsp.search import indexes
+
+    monkeypatch.setattr(indexes, "COMPACT_EVERY_CHANGE_UP_TO", every_change_up_to)
+    monkeypatch.setattr(indexes, "COMPACT_DIVISOR", divisor)
+    engine = Engine(store, use_cache=False)
+    engine.refresh()
+    assert not engine.current().search.needs_compaction
+    _edit(store)
+    engine.refresh()
+    assert engine.current().search.needs_compaction is expected

@@ -207,9 +207,11 @@ class SearchIndexes:
     def needs_compaction(self) -> bool:
         """Replaced or deleted documents linger in tantivy's BM25 statistics, so scores drift a
         little from a fresh build until the index is rebuilt."""
-        stale = any(ix.deletions for ix in (self.fulltext, *self.by_datasource.values()))
+        stale = any(
+            _worth_rebuilding(ix.deletions, len(ix)) for ix in (self.fulltext, *self.by_datasource.values())
+        )
         pieces = self._lazy.peek("pieces")
-        stale = stale or bool(pieces is not None and pieces.deletions)
+        stale = stale or bool(pieces is not None and _worth_rebuilding(pieces.deletions, len(pieces)))
         return stale or (self.ram_live and self.fulltext.path is not None)
 
     def rebuilt(self, catalog: Catalog) -> SearchIndexes:
@@ -396,3 +398,17 @@ def _save_manifest(cache: Any, index: FullTextIndex) -> None:
     opstamp, names, members = index.manifest()
     cache.save_text_manifest(TextManifest(0, "", str(index.path), opstamp, names, members))
     cache.collect_garbage(keep=index.path)
+
+
+# A rebuild costs time in proportion to the whole index. Up to this many documents it follows every
+# change (a second or less: answers stay exactly a cold start's); past it, once the replaced
+# documents reach 1/COMPACT_DIVISOR of the index, so a warehouse store is not rebuilt per edit
+# (its BM25 statistics drift by at most that share meanwhile).
+COMPACT_EVERY_CHANGE_UP_TO = 50_000
+COMPACT_DIVISOR = 200
+
+
+def _worth_rebuilding(deletions: int, size: int) -> bool:
+    if size <= COMPACT_EVERY_CHANGE_UP_TO:
+        return deletions > 0
+    return deletions * COMPACT_DIVISOR >= size
