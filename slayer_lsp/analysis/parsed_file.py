@@ -31,73 +31,15 @@ from slayer_lsp.analysis.texttree import (
     parse_json,
     to_plain,
 )
+from slayer_lsp.query.formulas import FILTER_KEYWORDS
+from slayer_lsp.query.normal_form import QUERY_FIELDS  # the fields of a SlayerQuery; SLayer refuses any other
 
 KINDS = ("query", "memory", "model", "datasource", "other")
 
-# The fields of a SlayerQuery (motley-slayer 1.4.1); anything else is refused by SLayer.
-QUERY_FIELDS = (
-    "version",
-    "name",
-    "source_model",
-    "measures",
-    "dimensions",
-    "time_dimensions",
-    "main_time_dimension",
-    "filters",
-    "variables",
-    "order",
-    "limit",
-    "offset",
-    "whole_periods_only",
-    "distinct_dimension_values",
-    "to_many_handling",
-)
 
 # Words of the filter/formula language that are never entity references (SLayer's own list plus
 # the sort directions and literals of the formula language).
-KEYWORDS = frozenset(
-    {
-        "and",
-        "or",
-        "not",
-        "is",
-        "null",
-        "in",
-        "like",
-        "between",
-        "true",
-        "false",
-        "case",
-        "when",
-        "then",
-        "else",
-        "end",
-        "exists",
-        "coalesce",
-        "nullif",
-        "cast",
-        "ln",
-        "log",
-        "log2",
-        "log10",
-        "exp",
-        "sqrt",
-        "pow",
-        "power",
-        "abs",
-        "round",
-        "floor",
-        "ceil",
-        "ceiling",
-        "current_date",
-        "current_timestamp",
-        "now",
-        "asc",
-        "desc",
-        "as",
-        "none",
-    }
-)
+KEYWORDS = FILTER_KEYWORDS | {"as", "asc", "desc", "none"}
 
 # Reference roles.
 SOURCE_MODEL = "source_model"

@@ -1,6 +1,6 @@
 """JSON Schemas of SLayer query files and memory front matter, for editors' YAML and JSON services.
 
-One source of truth with the diagnostics: the query schema's keys are ``parsed_file.QUERY_FIELDS``
+One source of truth with the diagnostics: the query schema's keys are ``query.normal_form.QUERY_FIELDS``
 (the list ``unknown-query-field`` checks against; a field without a type here fails at import), and
 the memory schema is generated from the store reader's own ``Memory`` struct (what a memory file's
 front matter is decoded into). ``tests/test_schemas.py`` checks on a table of cases that the schema
@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from slayer_lsp.analysis.parsed_file import QUERY_FIELDS
+from slayer_lsp.query.normal_form import QUERY_FIELDS
 
 DIALECT = "http://json-schema.org/draft-07/schema#"  # what VS Code's YAML and JSON services support
 KINDS = ("query", "memory")

@@ -977,7 +977,7 @@ _FILTER_AGG_SUFFIX = re.compile(r":\w+(?:\([^)]*\))?")
 _FILTER_LITERAL = re.compile(r"'[^']*'|\"[^\"]*\"")
 _FILTER_VARIABLE = re.compile(r"\{[^}]*\}")
 _FILTER_TOKEN = re.compile(r"[a-zA-Z_]\w*(?:\.[a-zA-Z_]\w*)*")
-_FILTER_SKIP = frozenset(
+FILTER_KEYWORDS = frozenset(
     {
         "and",
         "or",
@@ -1030,7 +1030,7 @@ def filter_tokens(text: str) -> list[str]:
         token = m.group(0)
         if cleaned[m.end() : m.end() + 1] == "(":
             continue
-        if token.lower() in _FILTER_SKIP or token.replace(".", "").isdigit():
+        if token.lower() in FILTER_KEYWORDS or token.replace(".", "").isdigit():
             continue
         out.append(token)
     return out

@@ -16,7 +16,7 @@ from typing import Any
 from slayer_lsp.query import formulas
 from slayer_lsp.query.references import auto_name, may_name_datasource_granularity, order_formula_candidate
 
-__all__ = ["QUERY_VERSION", "QueryRefused", "normalize_query"]
+__all__ = ["QUERY_FIELDS", "QUERY_VERSION", "QueryRefused", "normalize_query"]
 
 QUERY_VERSION = 6
 
@@ -35,7 +35,7 @@ _TO_MANY = frozenset({"broadcast", "associate", "error"})
 _RESERVED_PREFIX = "__slayer_"
 _FUNCSTYLE_PENDING = "_funcstyle_pending"
 _EXPR_PENDING = "_expr_pending"
-_QUERY_FIELDS = (
+QUERY_FIELDS = (
     "version",
     "name",
     "source_model",
@@ -434,9 +434,9 @@ class _QueryNormalizer:
                 if legacy in data:
                     data.pop(legacy)
                     self.warnings.append(f"query: legacy field {legacy!r} dropped")
-        unknown = [k for k in data if k not in _QUERY_FIELDS]
+        unknown = [k for k in data if k not in QUERY_FIELDS]
         if unknown:
-            raise _Refused("", f"unknown field(s) {unknown}; SlayerQuery has {', '.join(_QUERY_FIELDS)}")
+            raise _Refused("", f"unknown field(s) {unknown}; SlayerQuery has {', '.join(QUERY_FIELDS)}")
 
         dims = self.entries(data.get("dimensions"), "dimensions")
         moved: list[dict[str, Any]] = []
