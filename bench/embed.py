@@ -2,6 +2,9 @@
 a large in-memory matrix next to the machine's memory bandwidth, and the vector table's speed.
 
     python bench/embed.py [--texts 1000] [--vectors 100000] [--queries 200] [--rows 20000]
+    taskset -c 1 python bench/embed.py --worker 100x500 [--reps 3]   # the worker, before and after
+    python bench/embed.py --search-load 1000x5000                     # search p50 while it runs
+    python bench/embed.py --timeline 1000x5000                        # what is searchable when
 
 * cold start: onnxruntime + tokenizers imports, sha256 check, session load and the first vector;
 * throughput: ~1,000 generated column documents (the text the worker embeds: description, then one
@@ -10,7 +13,10 @@ a large in-memory matrix next to the machine's memory bandwidth, and the vector 
 * top-k: ``VectorIndex.top_k`` over random unit vectors (384-d, six kinds), unrestricted and
   restricted by an allow-set, with the bytes of matrix scanned per second beside a numpy copy of a
   large array (the memory-bandwidth bound a scan cannot beat);
-* table: writing and paging back rows of SLayer's ``embeddings`` table (startup cost of the index).
+* table: writing and paging back rows of SLayer's ``embeddings`` table (startup cost of the index);
+* ``--worker``, ``--search-load``, ``--timeline``: the embedding worker before (``--before REV``) and
+  after on the same texts: throughput per core, what is searchable when, and a search's p50 while it
+  runs (``bench/embed_worker.py``).
 """
 
 from __future__ import annotations
@@ -71,6 +77,18 @@ def column_texts(n: int, seed: int = 1) -> list[str]:
         model = msgspec.convert({"name": f"model_{i // 20}"}, d.Model)
         out.append(entity_text(col, model=model))
     return out
+
+
+def worker_sample(size: str, n: int, seed: int = 3) -> list[str]:
+    """``n`` texts drawn from a generated store's entity and part texts, in their proportions."""
+    from slayer_lsp.catalog import load_catalog
+    from slayer_lsp.texts.parts import PartItems
+    from slayer_lsp.texts.statements import CatalogItems
+
+    models, memories = (int(x) for x in size.split("x"))
+    catalog = load_catalog(env.generated_store(models, memories, "yaml"))
+    texts = [i.text for i in CatalogItems(catalog)] + [i.text for i in PartItems(catalog)]
+    return random.Random(seed).sample(texts, min(n, len(texts)))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -327,9 +345,34 @@ def main() -> None:
         "embeds its ~26k documents once, several minutes on 2 cores)",
     )
     parser.add_argument("--backend", choices=["yaml", "sqlite"], default="sqlite")
+    parser.add_argument("--worker", metavar="MODELSxMEMORIES", default=None,
+                        help="the worker before and after on a generated store's texts (e.g. 100x500): "
+                             "provider batching, throughput per core, timeline; run under taskset -c 1")
+    parser.add_argument("--search-load", metavar="MODELSxMEMORIES", default=None,
+                        help="Engine.search p50 with no worker, the old one and the new one running")
+    parser.add_argument("--timeline", metavar="MODELSxMEMORIES", default=None,
+                        help="what is searchable when, on a fresh copy through the engine (e.g. 1000x5000)")
+    parser.add_argument("--before", metavar="REV", default=None, help="git revision of the old worker")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument("--per-phase", type=int, default=40)
+    parser.add_argument("--nice", type=int, default=None, help="--timeline: the worker's niceness step")
     args = parser.parse_args()
     if args.three_channel:
         bench_three_channel(args.three_channel, args.backend)
+        return
+    if args.worker or args.search_load or args.timeline:
+        import embed_worker as ew
+
+        rev = args.before or ew.BEFORE
+        if args.worker:
+            texts = worker_sample(args.worker, 1500)
+            ew.batching(texts, rev, args.reps, args.threads or 1)
+            ew.throughput(args.worker, args.reps, rev, args.threads or 1)
+        if args.search_load:
+            ew.search_load(args.search_load, rev, args.cycles, args.per_phase)
+        if args.timeline:
+            ew.timeline(args.timeline, args.backend, args.nice)
         return
     if not args.skip_model:
         bench_model(args.texts, args.queries, args.threads)
