@@ -345,13 +345,25 @@ def main() -> None:
         "embeds its ~26k documents once, several minutes on 2 cores)",
     )
     parser.add_argument("--backend", choices=["yaml", "sqlite"], default="sqlite")
-    parser.add_argument("--worker", metavar="MODELSxMEMORIES", default=None,
-                        help="the worker before and after on a generated store's texts (e.g. 100x500): "
-                             "provider batching, throughput per core, timeline; run under taskset -c 1")
-    parser.add_argument("--search-load", metavar="MODELSxMEMORIES", default=None,
-                        help="Engine.search p50 with no worker, the old one and the new one running")
-    parser.add_argument("--timeline", metavar="MODELSxMEMORIES", default=None,
-                        help="what is searchable when, on a fresh copy through the engine (e.g. 1000x5000)")
+    parser.add_argument(
+        "--worker",
+        metavar="MODELSxMEMORIES",
+        default=None,
+        help="the worker before and after on a generated store's texts (e.g. 100x500): "
+        "provider batching, throughput per core, timeline; run under taskset -c 1",
+    )
+    parser.add_argument(
+        "--search-load",
+        metavar="MODELSxMEMORIES",
+        default=None,
+        help="Engine.search p50 with no worker, the old one and the new one running",
+    )
+    parser.add_argument(
+        "--timeline",
+        metavar="MODELSxMEMORIES",
+        default=None,
+        help="what is searchable when, on a fresh copy through the engine (e.g. 1000x5000)",
+    )
     parser.add_argument("--before", metavar="REV", default=None, help="git revision of the old worker")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--cycles", type=int, default=3)

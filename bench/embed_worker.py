@@ -40,8 +40,9 @@ TIER0 = ("memory", "datasource", "model", "measure", "aggregation")
 
 def module_at(rev: str, path: str, name: str) -> types.ModuleType:
     """A module of the repository as it was at ``rev``, imported under ``name``."""
-    source = subprocess.run(["git", "-C", str(env.REPO), "show", f"{rev}:{path}"], capture_output=True,
-                            text=True, check=True).stdout
+    source = subprocess.run(
+        ["git", "-C", str(env.REPO), "show", f"{rev}:{path}"], capture_output=True, text=True, check=True
+    ).stdout
     module = types.ModuleType(name)
     module.__file__ = str(env.REPO / path)  # files beside it (the tokenizer) are found where they are now
     sys.modules[name] = module  # dataclasses look their module up
@@ -67,8 +68,10 @@ def _stores(tmp: Path) -> tuple[Any, Any]:
     from slayer_lsp.embed.store import VectorStore
     from slayer_lsp.texts.parts import SEPARATORS
 
-    return (VectorStore(tmp / "embeddings.db", create=True),
-            VectorStore(tmp / "parts.db", create=True, table=PARTS_TABLE, kinds=None, separators=SEPARATORS))
+    return (
+        VectorStore(tmp / "embeddings.db", create=True),
+        VectorStore(tmp / "parts.db", create=True, table=PARTS_TABLE, kinds=None, separators=SEPARATORS),
+    )
 
 
 def start_before(rev: str, catalog: Any, tmp: Path, threads: int | None) -> Any:
@@ -80,10 +83,21 @@ def start_before(rev: str, catalog: Any, tmp: Path, threads: int | None) -> Any:
     providers = module_at(rev, "slayer_lsp/embed/providers.py", "bench_before_providers")
     provider = providers.MiniLMProvider(threads=threads)
     main_store, part_store = _stores(tmp)
-    parts = old.EmbeddingWorker(tmp, provider, store=part_store, switch_model=True, kinds=None,
-                                separators=SEPARATORS, prune=True, start=False,
-                                items=lambda: PartItems(catalog), batch_size=128)
-    return old.EmbeddingWorker(tmp, provider, store=main_store, items=lambda: CatalogItems(catalog), parts=parts)
+    parts = old.EmbeddingWorker(
+        tmp,
+        provider,
+        store=part_store,
+        switch_model=True,
+        kinds=None,
+        separators=SEPARATORS,
+        prune=True,
+        start=False,
+        items=lambda: PartItems(catalog),
+        batch_size=128,
+    )
+    return old.EmbeddingWorker(
+        tmp, provider, store=main_store, items=lambda: CatalogItems(catalog), parts=parts
+    )
 
 
 def start_after(catalog: Any, tmp: Path, threads: int | None, nice: int | None = None) -> Any:
@@ -94,8 +108,14 @@ def start_after(catalog: Any, tmp: Path, threads: int | None, nice: int | None =
 
     main_store, part_store = _stores(tmp)
     config = WorkerConfig() if nice is None else WorkerConfig(nice=nice)
-    return EmbeddingWorker(tmp, MiniLMProvider(threads=threads), store=main_store, config=config,
-                           items=lambda: RankedItems(catalog), parts=PartVectors(part_store, lambda: RankedParts(catalog)))
+    return EmbeddingWorker(
+        tmp,
+        MiniLMProvider(threads=threads),
+        store=main_store,
+        config=config,
+        items=lambda: RankedItems(catalog),
+        parts=PartVectors(part_store, lambda: RankedParts(catalog)),
+    )
 
 
 def _tier0_total(catalog: Any) -> int:
@@ -152,13 +172,13 @@ def batching(texts: list[str], rev: str, reps: int, threads: int | None = 1) -> 
 
     def as_before() -> None:
         for i in range(0, len(texts), 32):
-            old.embed(texts[i:i + 32])
+            old.embed(texts[i : i + 32])
 
     def as_now() -> None:
         for w in range(0, len(texts), 256):
-            window = sorted(texts[w:w + 256], key=len)
+            window = sorted(texts[w : w + 256], key=len)
             for i in range(0, len(window), 32):
-                new.embed(window[i:i + 32])
+                new.embed(window[i : i + 32])
 
     cpu: dict[str, list[float]] = {"before": [], "after": []}
     for _ in range(reps):
@@ -167,9 +187,11 @@ def batching(texts: list[str], rev: str, reps: int, threads: int | None = 1) -> 
             fn()
             cpu[label].append(time.process_time() - c)
     b, a = (len(texts) / statistics.median(cpu[k]) for k in ("before", "after"))
-    env.print_table(["texts", "before: texts / CPU s", "after: texts / CPU s", "after / before"],
-                    [(f"{len(texts):,}", f"{b:,.0f}", f"{a:,.0f}", f"{a / b:.2f}x")],
-                    title=f"provider batching alone (no deduplication), onnxruntime threads={threads}, {reps} runs each")
+    env.print_table(
+        ["texts", "before: texts / CPU s", "after: texts / CPU s", "after / before"],
+        [(f"{len(texts):,}", f"{b:,.0f}", f"{a:,.0f}", f"{a / b:.2f}x")],
+        title=f"provider batching alone (no deduplication), onnxruntime threads={threads}, {reps} runs each",
+    )
 
 
 def throughput(size: str, reps: int, rev: str, threads: int | None = 1) -> None:
@@ -181,39 +203,61 @@ def throughput(size: str, reps: int, rev: str, threads: int | None = 1) -> None:
     catalog = load_catalog(store)
     n_entities, n_parts = len(catalog.searchable_ids()), len(PartItems(catalog))
     distinct = len({i.text for i in PartItems(catalog)})
-    print(f"\n## worker before ({rev}) and after, {size}: {n_entities:,} entity texts + {n_parts:,} part texts "
-          f"({distinct:,} distinct part texts); onnxruntime threads={threads}; {reps} run(s) each, alternating")
+    print(
+        f"\n## worker before ({rev}) and after, {size}: {n_entities:,} entity texts + {n_parts:,} part texts "
+        f"({distinct:,} distinct part texts); onnxruntime threads={threads}; {reps} run(s) each, alternating"
+    )
     runs: dict[str, list[Run]] = {"before": [], "after": []}
     for rep in range(reps):
         for label in ("before", "after"):
             with tempfile.TemporaryDirectory(prefix=f"embed-{label}-") as tmp:
                 run = Run(label, n_entities + n_parts)
-                start: Callable[[], Any] = ((lambda: start_before(rev, catalog, Path(tmp), threads)) if label == "before"
-                                            else (lambda: start_after(catalog, Path(tmp), threads, nice=0)))
+                start: Callable[[], Any] = (
+                    (lambda: start_before(rev, catalog, Path(tmp), threads))
+                    if label == "before"
+                    else (lambda: start_after(catalog, Path(tmp), threads, nice=0))
+                )
                 worker = start()
                 try:
                     watch(run, worker, catalog)
                 finally:
                     worker.close()
                 runs[label].append(run)
-                print(f"  {label} run {rep + 1}: {run.wall:.1f} s wall, {run.cpu:.1f} s CPU, "
-                      f"{run.texts / run.cpu:.0f} texts per CPU second, {run.embedded:,} texts embedded", flush=True)
+                print(
+                    f"  {label} run {rep + 1}: {run.wall:.1f} s wall, {run.cpu:.1f} s CPU, "
+                    f"{run.texts / run.cpu:.0f} texts per CPU second, {run.embedded:,} texts embedded",
+                    flush=True,
+                )
 
     def med(label: str, fn: Callable[[Run], float]) -> float:
         return statistics.median(fn(r) for r in runs[label])
 
     rows = []
-    for what, fn in (("texts / s (wall)", lambda r: r.texts / r.wall), ("texts / CPU s (per core)", lambda r: r.texts / r.cpu),
-                     ("provider embeddings", lambda r: float(r.embedded))):
+    for what, fn in (
+        ("texts / s (wall)", lambda r: r.texts / r.wall),
+        ("texts / CPU s (per core)", lambda r: r.texts / r.cpu),
+        ("provider embeddings", lambda r: float(r.embedded)),
+    ):
         b, a = med("before", fn), med("after", fn)
         rows.append((what, f"{b:,.0f}", f"{a:,.0f}", f"{a / b:.2f}x" if b else "-"))
-    env.print_table(["median over runs", "before", "after", "after / before"], rows,
-                    title=f"throughput on the same {n_entities + n_parts:,} texts")
+    env.print_table(
+        ["median over runs", "before", "after", "after / before"],
+        rows,
+        title=f"throughput on the same {n_entities + n_parts:,} texts",
+    )
     marks = ("first memory", "every memory", "memories+models+measures", "every entity", "everything")
-    env.print_table(["searchable (median s since start)", "before", "after"],
-                    [(m, f"{med('before', lambda r, m=m: r.marks.get(m, float('nan'))):.1f} s",
-                      f"{med('after', lambda r, m=m: r.marks.get(m, float('nan'))):.1f} s") for m in marks],
-                    title="timeline (wall; on a shared machine compare the columns, not the absolute times)")
+    env.print_table(
+        ["searchable (median s since start)", "before", "after"],
+        [
+            (
+                m,
+                f"{med('before', lambda r, m=m: r.marks.get(m, float('nan'))):.1f} s",
+                f"{med('after', lambda r, m=m: r.marks.get(m, float('nan'))):.1f} s",
+            )
+            for m in marks
+        ],
+        title="timeline (wall; on a shared machine compare the columns, not the absolute times)",
+    )
 
 
 def timeline(size: str, backend: str, nice: int | None) -> None:
@@ -223,8 +267,10 @@ def timeline(size: str, backend: str, nice: int | None) -> None:
 
     models, memories = (int(x) for x in size.split("x"))
     suffix = ".db" if backend == "sqlite" else ""
-    store = env.copy_store(env.generated_store(models, memories, backend),
-                           env.work_dir() / "scratch" / f"embed-timeline-{size}-{backend}{suffix}")
+    store = env.copy_store(
+        env.generated_store(models, memories, backend),
+        env.work_dir() / "scratch" / f"embed-timeline-{size}-{backend}{suffix}",
+    )
     with tempfile.TemporaryDirectory(prefix="embed-cache-") as cache:
         import os
 
@@ -238,19 +284,32 @@ def timeline(size: str, backend: str, nice: int | None) -> None:
         watch(run, worker, engine.catalog, poll=0.5)
         st = worker.status()
         engine.close()
-    print(f"\n## timeline of a fresh {size} {backend} store through the engine (nice={nice if nice is not None else 'default'}), "
-          f"{time.perf_counter() - t0:.0f} s in all")
-    env.print_table(["searchable", "seconds since start", "CPU seconds since start"],
-                    [(m, f"{s:.1f} s", f"{run.cpu_marks[m]:.1f} s") for m, s in run.marks.items()])
+    print(
+        f"\n## timeline of a fresh {size} {backend} store through the engine (nice={nice if nice is not None else 'default'}), "
+        f"{time.perf_counter() - t0:.0f} s in all"
+    )
+    env.print_table(
+        ["searchable", "seconds since start", "CPU seconds since start"],
+        [(m, f"{s:.1f} s", f"{run.cpu_marks[m]:.1f} s") for m, s in run.marks.items()],
+    )
     parts = st.parts
-    print(f"entities: {st.rows:,} rows, {st.embedded:,} embedded, {st.reused:,} reused; parts: "
-          f"{parts.rows if parts else 0:,} rows, {parts.embedded if parts else 0:,} embedded, "
-          f"{parts.reused if parts else 0:,} reused; {run.cpu:.0f} s CPU")
+    print(
+        f"entities: {st.rows:,} rows, {st.embedded:,} embedded, {st.reused:,} reused; parts: "
+        f"{parts.rows if parts else 0:,} rows, {parts.embedded if parts else 0:,} embedded, "
+        f"{parts.reused if parts else 0:,} reused; {run.cpu:.0f} s CPU"
+    )
 
 
-QUESTIONS = ("How many orders did each store take last month?", "total revenue by product category",
-             "which customers live in Lyon", "average discount per payment method", "top suppliers by cost",
-             "orders shipped late in 2024", "profit margin by region and quarter", "stock left per warehouse")
+QUESTIONS = (
+    "How many orders did each store take last month?",
+    "total revenue by product category",
+    "which customers live in Lyon",
+    "average discount per payment method",
+    "top suppliers by cost",
+    "orders shipped late in 2024",
+    "profit margin by region and quarter",
+    "stock left per warehouse",
+)
 
 
 def search_load(size: str, rev: str, cycles: int, per_phase: int) -> None:
@@ -293,16 +352,30 @@ def search_load(size: str, rev: str, cycles: int, per_phase: int) -> None:
                 finally:
                     if worker is not None:
                         worker.close()
-        print(f"  cycle {cycle + 1}: " + ", ".join(f"{p} p50 {statistics.median(v[-per_phase:]) * 1e3:.1f} ms"
-                                                   for p, v in timings.items()), flush=True)
+        print(
+            f"  cycle {cycle + 1}: "
+            + ", ".join(
+                f"{p} p50 {statistics.median(v[-per_phase:]) * 1e3:.1f} ms" for p, v in timings.items()
+            ),
+            flush=True,
+        )
     engine.close()
     base = statistics.median(timings["no worker"])
-    rows = [(phase, statistics.median(v), sorted(v)[int(0.9 * (len(v) - 1))],
-             f"{statistics.median(v) / base:.2f}x", statistics.median(cpu[phase]),
-             f"{sum(busy.get(phase, [])):,}" if phase in busy else "-")
-            for phase, v in timings.items()]
+    rows = [
+        (
+            phase,
+            statistics.median(v),
+            sorted(v)[int(0.9 * (len(v) - 1))],
+            f"{statistics.median(v) / base:.2f}x",
+            statistics.median(cpu[phase]),
+            f"{sum(busy.get(phase, [])):,}" if phase in busy else "-",
+        )
+        for phase, v in timings.items()
+    ]
     # wall p50 well above the thread's own CPU time: the search waited (for a core, or the GIL)
-    env.print_table(["phase", "search p50", "p90", "p50 / no worker", "its CPU time p50", "texts embedded meanwhile"],
-                    rows,
-                    title=f"Engine.search (lexical) on {size} while a worker embeds the same store's texts; "
-                          f"{cycles} cycles x {per_phase} searches a phase")
+    env.print_table(
+        ["phase", "search p50", "p90", "p50 / no worker", "its CPU time p50", "texts embedded meanwhile"],
+        rows,
+        title=f"Engine.search (lexical) on {size} while a worker embeds the same store's texts; "
+        f"{cycles} cycles x {per_phase} searches a phase",
+    )
