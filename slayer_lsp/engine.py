@@ -342,6 +342,7 @@ class Engine:
                 self.dense.close()
             if self._state is not None:
                 self._state.search.close_graph()
+            self._reader.close()
 
     def _save_caches(self, search: SearchIndexes | None) -> None:
         """Record the on-disk caches; one that cannot be written is skipped (served from memory)."""

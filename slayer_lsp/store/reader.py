@@ -32,7 +32,7 @@ import msgspec
 import yaml
 
 from slayer_lsp.store import documents as d
-from slayer_lsp.store import fastyaml, own_writes, safefs
+from slayer_lsp.store import fastyaml, own_writes, safefs, sqlite_rows
 from slayer_lsp.store.limits import MAX_DOCUMENT_BYTES, MAX_LEARNING_CHARS, check_json_nesting
 from slayer_lsp.store.locate import StoreLocation, locate
 
@@ -574,28 +574,34 @@ def _dirs(directory: Path, issues: list[LoadIssue]) -> list[str]:
 
 # --------------------------------------------------------------------------- SQLite backend
 
-# a fetched row: table, key, what is wrong with the key (None: nothing), SQL type of the data, size, text
-_Row = tuple[str, str, str | None, str, int, str | None]
+_Decoded = tuple[StoredDoc | None, tuple[LoadIssue, ...]]  # a row's document, or its load issues
 
 
 class SqliteReader:
     """Reads the ``datasources``, ``models``, ``memories`` and ``settings`` tables in one short,
-    read-only transaction (never migrating the schema, never holding the file open). The one write
-    it may cause is SQLite's own: rolling back the hot journal of a writer that died mid-transaction."""
+    read-only transaction (never migrating the schema), re-reading only the rows whose text changed
+    (``sqlite_rows.RowMirror``). The one write it may cause is SQLite's own: rolling back the hot
+    journal of a writer that died mid-transaction."""
 
     def __init__(self, location: StoreLocation, busy_timeout: float = 2.0):
         self.location = location
         self.busy_timeout = busy_timeout
-        self._cache: dict[tuple[str, str], tuple[str, StoredDoc | None, tuple[LoadIssue, ...]]] = {}
+        self._mirror = sqlite_rows.RowMirror(location.path, busy_timeout)
+        # table -> key columns -> (row name, document, issues): what the mirror's texts decode to, in
+        # key order
+        self._rows: dict[str, dict[tuple[str, ...], _Decoded]] = {}
         self._last: StoreRead | None = None  # the previous complete read, and the change counter it saw
         self._counter: int | None = None
+
+    def close(self) -> None:
+        self._mirror.close()
 
     def read(self) -> StoreRead:
         out = StoreRead(self.location)
         path = self.location.path
         if not path.is_file():
             out.fatal = f"store file {path} does not exist"
-            self._last = None
+            self._forget()
             return out
         last = self._last
         if last is not None and own_writes.only_ours(path, self._counter, own_writes.change_counter(path)):
@@ -604,87 +610,74 @@ class SqliteReader:
             return StoreRead(self.location, last.docs, list(last.issues), unchanged=True)
         self._last = None
         try:
-            try:
-                rows = self._fetch(path)
-            except sqlite3.OperationalError as exc:
-                if getattr(exc, "sqlite_errorname", "") != "SQLITE_READONLY_ROLLBACK":
-                    raise
-                # a writer died mid-transaction and left a hot journal, which a read-only connection
-                # may not roll back: open read-write once so SQLite restores the last committed state
-                # (what any SLayer process opening the store would do)
-                rows = self._fetch(path, read_only=False)
-        except sqlite3.DatabaseError as exc:
+            found = self._mirror.read()
+        except (sqlite3.DatabaseError, OSError) as exc:
+            self._forget()
             out.fatal = f"cannot read SQLite store {path}: {exc}"
             return out
-        live: set[tuple[str, str]] = set()
-        for table, row_key, bad_key, kind, size, text in rows:
-            live.add((table, row_key))
-            doc, issues = self._load(table, row_key, bad_key, kind, size, text)
-            if doc is None:
-                out.issues.extend(issues)
-            elif doc.key in out.docs:
-                out.issues.append(LoadIssue(doc.source, f"{doc.key.kind} '{doc.key.name}' is stored twice"))
-            else:
-                out.docs[doc.key] = doc
-        for stale in set(self._cache) - live:
-            del self._cache[stale]
+        self._counter = found.counter
+        for name, table in found.tables.items():
+            self._apply(name, table)
+        for name in [n for n in self._rows if n not in found.tables]:
+            del self._rows[name]  # the settings table was dropped
+        for table_rows in self._rows.values():
+            for doc, issues in table_rows.values():
+                if doc is None:
+                    out.issues.extend(issues)
+                elif doc.key in out.docs:
+                    out.issues.append(
+                        LoadIssue(doc.source, f"{doc.key.kind} '{doc.key.name}' is stored twice")
+                    )
+                else:
+                    out.docs[doc.key] = doc
         self._last = out
         return out
 
-    def _fetch(self, path: Path, read_only: bool = True) -> list[_Row]:
-        uri = f"{path.resolve().as_uri()}?mode={'ro' if read_only else 'rw'}"
-        conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, check_same_thread=False)
-        try:
-            conn.execute("BEGIN")  # one consistent read; released at once
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            missing = {"models", "datasources", "memories"} - tables
-            if missing:
-                raise sqlite3.DatabaseError(
-                    f"not a SLayer store (missing tables: {', '.join(sorted(missing))})"
-                )
-            rows: list[_Row] = []
-            rows += _rows(conn, "datasources", ("name",), "data")
-            rows += _rows(conn, "models", ("data_source", "name"), "data")
-            rows += _rows(conn, "memories", ("id",), "data")
-            if "settings" in tables:
-                rows += _rows(conn, "settings", ("key",), "value", "key = 'datasource_priority'")
-            self._counter = own_writes.change_counter(path)  # under the read lock: what these rows are
-            conn.execute("COMMIT")
-            return rows
-        finally:
-            conn.close()
+    def _forget(self) -> None:
+        self._mirror.close()
+        self._rows.clear()
+        self._last = None
 
-    def _load(
-        self, table: str, row_key: str, bad_key: str | None, kind: str, size: int, text: str | None
-    ) -> tuple[StoredDoc | None, tuple[LoadIssue, ...]]:
+    def _apply(self, name: str, found: sqlite_rows.TableRows) -> None:
+        """Bring one table's decoded rows up to what the mirror found."""
+        if found.whole:
+            self._rows[name] = {row.parts: self._decode(row) for row in found.rows}
+            return
+        rows = self._rows.setdefault(name, {})
+        for parts in found.removed:
+            rows.pop(parts, None)
+        added = False
+        for row in found.rows:
+            added = added or row.parts not in rows
+            rows[row.parts] = self._decode(row)
+        if added:  # keep SQLite's key order (code points order as UTF-8 bytes do)
+            self._rows[name] = dict(sorted(rows.items()))
+
+    def _decode(self, row: sqlite_rows.Row) -> _Decoded:
         """One row on its own: whatever it holds, it is a document or a load issue naming the row."""
-        if bad_key is None and kind == "text" and text is not None:
-            cached = self._cache.get((table, row_key))
-            if cached is not None and cached[0] == text:  # unchanged: nothing to build
-                return cached[1], cached[2]
-        source = Source(str(self.location.path), table, row_key)
-        if bad_key is not None:
-            return None, (LoadIssue(source, f"row has {bad_key}; not loaded", "error"),)
-        if kind != "text":
+        source = Source(str(self.location.path), row.table, row.key)
+        if row.bad_key is not None:
+            return None, (LoadIssue(source, f"row has {row.bad_key}; not loaded", "error"),)
+        if row.kind != "text":
             return None, (
-                LoadIssue(source, f"{_DATA[table]} is {_SQL_KIND.get(kind, kind)}, not JSON text", "error"),
+                LoadIssue(
+                    source,
+                    f"{_DATA[row.table]} is {sqlite_rows.sql_kind(row.kind)}, not JSON text",
+                    "error",
+                ),
             )
+        text = row.text
         if text is None:
-            return None, (LoadIssue(source, safefs.too_large(size, MAX_DOCUMENT_BYTES), "error"),)
-        cached = self._cache.get((table, row_key))
-        if cached is not None and cached[0] == text:
-            return cached[1], cached[2]
+            return None, (LoadIssue(source, safefs.too_large(row.size, MAX_DOCUMENT_BYTES), "error"),)
         digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
         try:
             check_json_nesting(text)  # before msgspec's decoder recurses into it
-            doc = self._parse(table, row_key, text, source, digest)
-            result: tuple[StoredDoc | None, tuple[LoadIssue, ...]] = (doc, doc.issues)
+            doc = self._parse(row.table, row.key, text, source, digest)
+            return doc, doc.issues
         except (msgspec.ValidationError, msgspec.DecodeError, ValueError, TypeError) as exc:
-            result = (None, (LoadIssue(source, f"cannot be loaded: {exc}", "error"),))
+            return None, (LoadIssue(source, f"cannot be loaded: {exc}", "error"),)
         except Exception as exc:  # noqa: BLE001 - one row never takes the store down
-            result = (None, (LoadIssue(source, f"cannot be loaded: {type(exc).__name__}: {exc}", "error"),))
-        self._cache[(table, row_key)] = (text, result[0], result[1])
-        return result
+            return None, (LoadIssue(source, f"cannot be loaded: {type(exc).__name__}: {exc}", "error"),)
 
     @staticmethod
     def _parse(table: str, row_key: str, text: str, source: Source, digest: str) -> StoredDoc:
@@ -723,41 +716,6 @@ class SqliteReader:
 
 
 _DATA = {"datasources": "data", "models": "data", "memories": "data", "settings": "value"}
-_SQL_KIND = {"blob": "a BLOB", "null": "NULL", "integer": "an integer", "real": "a number"}
-
-
-def _rows(
-    conn: sqlite3.Connection, table: str, keys: tuple[str, ...], column: str, where: str = "1"
-) -> list[_Row]:
-    """``(table, row key, what is wrong with the key, SQL type of the data, its size in bytes, its
-    text)`` per row. The text is fetched only when it is text within ``MAX_DOCUMENT_BYTES`` (a 1 GB
-    BLOB is never read); a key that is not text (NULL, a BLOB) is named by the row's position."""
-    sql = (
-        f"SELECT {', '.join(f'typeof({k}), {k}' for k in keys)}, typeof({column}), "
-        f"length(CAST({column} AS BLOB)), "
-        f"CASE WHEN typeof({column}) = 'text' AND length(CAST({column} AS BLOB)) <= {MAX_DOCUMENT_BYTES} "
-        f"THEN {column} END FROM {table} WHERE {where} ORDER BY {', '.join(keys)}"
-    )
-    out: list[_Row] = []
-    width = 2 * len(keys)
-    single = len(keys) == 1
-    for n, row in enumerate(conn.execute(sql), 1):
-        kinds = row[0:width:2]
-        if kinds == _TEXT_KEYS[len(keys)]:  # the common case, in a few operations per row
-            key = row[1] if single else ".".join(row[1:width:2])
-            out.append((table, key, None, row[-3], row[-2] or 0, row[-1]))
-            continue
-        bad = [
-            f"{_SQL_KIND.get(kind, kind)} {name}"
-            for name, kind in zip(keys, kinds, strict=True)
-            if kind != "text"
-        ]
-        problem = " and ".join(bad)
-        out.append((table, f"#{n} ({problem})", problem, row[-3], row[-2] or 0, row[-1]))
-    return out
-
-
-_TEXT_KEYS = {1: ("text",), 2: ("text", "text")}
 
 
 def parse_paths(root: str, paths: list[str]) -> bytes:
@@ -792,6 +750,12 @@ class StoreReader:
             self._cache = StoreCache.for_location(self.location)
             if self._cache is not None:
                 self._impl.import_parsed(self._cache.load_docs())
+
+    def close(self) -> None:
+        """Let go of what the reader keeps open between reads (a SQLite store's connection); a read
+        after this opens it again."""
+        if isinstance(self._impl, SqliteReader):
+            self._impl.close()
 
     def save_cache(self) -> None:
         if self._cache is not None and isinstance(self._impl, YamlReader):
