@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 from immutables import Map
 
 from slayer_lsp.catalog import Catalog, Delta
@@ -25,11 +25,31 @@ MAX_POSTINGS = 20000  # a stem in more names than this says nothing (its idf is 
 
 _NO_STEMS: Map[str, tuple[str, ...]] = Map()
 _NO_IDS: Map[str, frozenset[str]] = Map()
+_NO_POSTINGS: Map[str, np.ndarray] = Map()
+_NO_NUMBERS = np.zeros(0, dtype=np.int32)
+
+
+class NameNumbers:
+    """A number per named id, shared by every generation of one lexicon: append-only, so an older
+    generation reads only numbers it already holds and a newer one never renumbers them."""
+
+    def __init__(self) -> None:
+        self.number: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def of(self, cid: str) -> int:
+        n = self.number.get(cid)
+        if n is None:
+            n = self.number[cid] = len(self.names)
+            self.names.append(cid)
+        return n
+
+
 _NO_FLAGS: Map[str, frozenset[str]] = Map()
 _NO_JOINS: Map[str, tuple[tuple[str, str, str], ...]] = Map()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Lexicon:
     """Stems per entity name, value terms per column, shapes per column, declared joins per model.
 
@@ -38,12 +58,16 @@ class Lexicon:
     did not touch, and a posting set is replaced whole, never changed in place."""
 
     stems: Map[str, tuple[str, ...]] = _NO_STEMS  # leaf or model id -> name stems
-    postings: Map[str, frozenset[str]] = _NO_IDS  # stem -> ids
+    # stem -> the numbers (``numbers``) of the ids whose name has it, sorted: scoring a question adds
+    # whole arrays, where a set of ids would cost a Python step per id
+    postings: Map[str, np.ndarray] = _NO_POSTINGS
     terms: Map[str, frozenset[str]] = _NO_FLAGS  # column id -> its value terms
     by_value: Map[str, frozenset[str]] = _NO_IDS  # term -> column ids
     shapes: Map[str, frozenset[str]] = _NO_FLAGS  # column id -> value shapes
     joins: Map[str, tuple[tuple[str, str, str], ...]] = _NO_JOINS
     # model id -> ((other model id, key column here, key column there), ...): each join's first pair
+    numbers: NameNumbers = field(default_factory=NameNumbers)
+    lengths: np.ndarray = field(default_factory=_NO_NUMBERS.copy)  # number -> how many stems its name has (this generation's)
 
     @classmethod
     def build(cls, catalog: Catalog) -> Lexicon:
@@ -64,19 +88,27 @@ class Lexicon:
             entries.append(_entry(catalog, ent))
         stems, terms = self.stems.mutate(), self.terms.mutate()
         shapes, joins = self.shapes.mutate(), self.joins.mutate()
-        by_stem: Moves = {}  # stem -> (ids gone, ids new)
+        numbers = self.numbers
+        by_stem: dict[str, tuple[set[int], set[int]]] = {}  # stem -> (numbers gone, numbers new)
         by_term: Moves = {}
+        changed: dict[int, int] = {}  # number -> its name's stem count now
         for cid in ids:  # every id re-read leaves first (as a removed or hidden one must)
-            for stem in stems.pop(cid, ()):
-                note(by_stem, stem, cid, joins=False)
+            old = stems.pop(cid, ())
+            if old:
+                n = numbers.of(cid)
+                changed[n] = 0
+                for stem in old:
+                    by_stem.setdefault(stem, (set(), set()))[0].add(n)
             for term in terms.pop(cid, ()):
                 note(by_term, term, cid, joins=False)
             shapes.pop(cid, None)
             joins.pop(cid, None)
         for cid, name_stems_, value_terms, value_shapes, model_joins in entries:
             stems[cid] = name_stems_
+            n = numbers.of(cid)
+            changed[n] = len(name_stems_)
             for stem in name_stems_:
-                note(by_stem, stem, cid, joins=True)
+                by_stem.setdefault(stem, (set(), set()))[1].add(n)
             if value_terms:
                 terms[cid] = value_terms
                 for term in value_terms:
@@ -85,36 +117,58 @@ class Lexicon:
                 shapes[cid] = value_shapes
             if model_joins is not None:
                 joins[cid] = model_joins
+        lengths = self.lengths
+        if changed:
+            lengths = np.zeros(len(numbers.names), dtype=np.int32)
+            lengths[: len(self.lengths)] = self.lengths
+            lengths[np.fromiter(changed, np.int64, len(changed))] = np.fromiter(
+                changed.values(), np.int32, len(changed)
+            )
         return Lexicon(
             stems.finish(),
-            moved(self.postings, by_stem),
+            _moved_numbers(self.postings, by_stem),
             terms.finish(),
             moved(self.by_value, by_term),
             shapes.finish(),
             joins.finish(),
+            numbers,
+            lengths,
         )
 
     # ------------------------------------------------------------------ lookups
 
-    def name_scores(self, question_stems: Iterable[str], allow=None, limit: int = 200) -> dict[str, float]:  # noqa: ANN001
+    def name_scores(self, question_stems: Iterable[str], limit: int = 200) -> dict[str, float]:
         """IDF-weighted overlap of the question's stems with each name, damped by name length: the
-        ``limit`` best."""
+        ``limit`` best, best first (ties: the larger id first)."""
         n = max(len(self.stems), 1)
-        scores: dict[str, float] = defaultdict(float)
+        arrays: list[np.ndarray] = []
+        weights: list[float] = []
         for stem in sorted(set(question_stems)):  # sorted: float sums never depend on the hash seed
-            ids = self.postings.get(stem)
-            if not ids or len(ids) > MAX_POSTINGS:
+            numbers = self.postings.get(stem)
+            if numbers is None or len(numbers) > MAX_POSTINGS:
                 continue
-            df = len(ids)
-            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-            for cid in ids:
-                if allow is None or cid in allow:
-                    scores[cid] += idf
-        stems = self.stems
-        damped = {cid: s / (1 + 0.1 * len(stems[cid])) for cid, s in scores.items()}
-        if len(damped) <= limit:
-            return damped
-        return dict(heapq.nlargest(limit, damped.items(), key=lambda kv: (kv[1], kv[0])))
+            df = len(numbers)
+            arrays.append(numbers)
+            weights.append(math.log(1 + (n - df + 0.5) / (df + 0.5)))
+        if not arrays:
+            return {}
+        hit = np.concatenate(arrays)
+        found, where = np.unique(hit, return_inverse=True)
+        # bincount adds in input order (stem by stem, as sorted): the same float sums as adding
+        # each stem's idf to each of its ids in turn
+        sums = np.bincount(where, weights=np.repeat(weights, [len(a) for a in arrays]))
+        damped = sums / (1 + 0.1 * self.lengths[found])
+        if len(found) > limit:
+            floor = np.partition(damped, len(damped) - limit)[len(damped) - limit]
+            keep = damped >= floor  # every tie of the last place, for the exact order below
+            found, damped = found[keep], damped[keep]
+        names = self.numbers.names
+        best = heapq.nlargest(
+            limit,
+            zip((names[i] for i in found.tolist()), damped.tolist(), strict=True),
+            key=lambda kv: (kv[1], kv[0]),
+        )
+        return dict(best)
 
     def value_matches(self, question: str, allow=None) -> set[str]:  # noqa: ANN001
         """Columns one of whose sampled values the question names."""
@@ -137,6 +191,28 @@ class Lexicon:
                     out += [key_here, key_there]
                     break
         return list(dict.fromkeys(out))
+
+
+def _moved_numbers(
+    postings: Map[str, np.ndarray], moves: dict[str, tuple[set[int], set[int]]]
+) -> Map[str, np.ndarray]:
+    """``postings`` with each stem's numbers moved (leaving first, then joining); a stem left with
+    none is dropped. Arrays are replaced, never changed: an older generation may be reading them."""
+    if not moves:
+        return postings
+    out = postings.mutate()
+    for stem, (gone, new) in moves.items():
+        numbers = out.get(stem, _NO_NUMBERS)
+        if gone:
+            numbers = numbers[~np.isin(numbers, np.fromiter(gone, np.int32, len(gone)))]
+        if new:
+            numbers = np.union1d(numbers, np.fromiter(new, np.int32, len(new))).astype(np.int32, copy=False)
+        if len(numbers):
+            numbers.flags.writeable = False
+            out[stem] = numbers
+        else:
+            out.pop(stem, None)
+    return out.finish()
 
 
 def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
