@@ -26,8 +26,11 @@ first index only; after that the status generation is what it announces). The wr
 every daemon for the made-up word at once: a result that misses an added probe or still shows a
 removed one is stale. A stale result is re-asked for up to 5 s to tell "late" from "never".
 
-The p99 target is under load within 5x of idle. The bench process (its client threads) shares the
-machine's cores with the daemons and the SLayer writer, as an editor would; the dense channel is off.
+The p99 target: with the writer, within 3x of the same clients without it (a refresh must not hold
+up requests). Against one client alone the ratio is printed too, but N requests in flight on 2 cores
+queue behind each other whatever the daemon does, so that one grows with N. The bench process (its
+client threads) shares the machine's cores with the daemons and the SLayer writer, as an editor
+would; the dense channel is off.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from lsp import RpcError, StdioClient, pct, rss_mb  # noqa: E402
 
 sys.path.insert(0, str(env.REPO))  # slayer_lsp, to read the store the clients ask about
 
-TARGET_RATIO = 5.0
+TARGET_RATIO = 3.0  # p99 with the writer / p99 of the same clients without it
 ANNOUNCE_TIMEOUT_S = 60.0
 LATE_WINDOW_S = 5.0
 
@@ -460,9 +463,10 @@ def report(res: dict[str, Any]) -> None:
     st: Staleness = res["staleness"]
     loaded = res["loaded"].latencies
     verdict = "-"
-    if loaded and idle.latencies:
-        ratio = pct(loaded, 99) / pct(idle.latencies, 99)
-        verdict = f"p99 {ratio:.1f}x idle: " + (
+    crowd = res["crowd"].latencies
+    if loaded and crowd:
+        ratio = pct(loaded, 99) / pct(crowd, 99)
+        verdict = f"p99 {ratio:.2f}x the same {n} clients without the writer: " + (
             "ok" if ratio <= TARGET_RATIO else f"over the {TARGET_RATIO:g}x target"
         )
     env.print_table(
