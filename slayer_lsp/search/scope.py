@@ -18,10 +18,26 @@ def doc_scopes(catalog: Catalog, canonical: str) -> set[str]:
     """The datasources whose filtered corpus holds this document."""
     if is_memory_ref(canonical):
         mem = catalog.memory(memory_id_of(canonical))
-        if mem is None:
-            return set()
-        return {ds for ds in catalog.datasources if any(rooted_at(t, ds) for t in mem.entities)}
+        return set() if mem is None else memory_scopes(catalog, mem)
     return {datasource_of(canonical)}
+
+
+def memory_scopes(catalog: Catalog, mem: d.Memory) -> set[str]:
+    """The datasources a memory's tags are rooted at (``rooted_at``: the tag itself, or its part
+    before a dot): the prefixes of each tag looked up, not every datasource tried on every tag."""
+    datasources = catalog.datasources
+    out: set[str] = set()
+    for tag in mem.entities:
+        if is_memory_ref(tag):
+            continue
+        if tag in datasources:
+            out.add(tag)
+        dot = tag.find(".")
+        while dot != -1:
+            if tag[:dot] in datasources:
+                out.add(tag[:dot])
+            dot = tag.find(".", dot + 1)
+    return out
 
 
 def scoped_memories(catalog: Catalog, datasource: str | None) -> list[d.Memory]:
