@@ -67,7 +67,8 @@ class Lexicon:
     joins: Map[str, tuple[tuple[str, str, str], ...]] = _NO_JOINS
     # model id -> ((other model id, key column here, key column there), ...): each join's first pair
     numbers: NameNumbers = field(default_factory=NameNumbers)
-    lengths: np.ndarray = field(default_factory=_NO_NUMBERS.copy)  # number -> how many stems its name has (this generation's)
+    # number -> how many stems its name has (this generation's)
+    lengths: np.ndarray = field(default_factory=_NO_NUMBERS.copy)
 
     @classmethod
     def build(cls, catalog: Catalog) -> Lexicon:
