@@ -54,6 +54,37 @@ class RefreshStats:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+class _BuildWithoutGc:
+    """The cyclic collector is paused while the first index and the warm-up build (millions of
+    objects that all stay alive: each full collection would walk them all again, 1-1.4 s apiece at
+    10,000 models, some 30 times during a start), and what they built is frozen out of later
+    collections when the last of them ends. Refcounting frees garbage meanwhile; cycles wait."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._was_enabled = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                gc.collect()  # the cycles of the build, before what lives on is frozen
+                gc.freeze()  # out of every later pass: those walk only what changed since
+                if self._was_enabled:
+                    gc.enable()
+
+
+_BUILDING = _BuildWithoutGc()
+
+
 class Engine:
     def __init__(
         self,
@@ -122,6 +153,12 @@ class Engine:
     def refresh(self, changed_paths: list[str] | None = None) -> Delta:
         """Re-read the store and bring every index up to date; returns what changed.
         ``changed_paths`` (from a file watcher) lets a YAML store skip its full listing."""
+        if self._state is None or not self._built:
+            with _BUILDING:
+                return self._refresh(changed_paths)
+        return self._refresh(changed_paths)
+
+    def _refresh(self, changed_paths: list[str] | None) -> Delta:
         from slayer_lsp.search.indexes import SearchIndexes
 
         with self._lock:
@@ -216,11 +253,9 @@ class Engine:
                 )
                 self.stats.unreadable_since = None
             self._schedule_compaction()
-            if first:
-                # The first snapshot (most of whose objects later snapshots share) stays out of every
-                # GC pass. Only once: a frozen object is never collected, so freezing every refresh
-                # would keep each superseded snapshot's cycles for ever (the soak bench saw it grow).
-                gc.freeze()
+            # The first build is frozen out of GC passes when it ends (_BUILDING), and the warm-up's
+            # when that ends; never per refresh: a frozen object is never collected, so freezing
+            # every refresh would keep each superseded snapshot's cycles for ever (the soak saw it).
             return delta
 
     @property
@@ -262,6 +297,10 @@ class Engine:
 
     def _warm(self) -> None:
         """Build the hybrid ranking's indexes for the newest state (again if a refresh overtook)."""
+        with _BUILDING:
+            self._warm_indexes()
+
+    def _warm_indexes(self) -> None:
         try:
             while True:
                 state = self._state
