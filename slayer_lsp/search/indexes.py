@@ -266,10 +266,31 @@ class SearchIndexes:
             return self.fulltext
         return self._lazy.get(
             ("fulltext", datasource),
-            lambda: FullTextIndex(
-                doc for cid, doc in self.docs.items() if datasource in scope.doc_scopes(catalog, cid)
-            ).view(),
+            lambda: FullTextIndex(self._docs_by_datasource(catalog).get(datasource, ())).view(),
         )
+
+    def warm_datasources(self, catalog: Catalog) -> int:
+        """Build the full-text index of every datasource this generation lacks (run off the request
+        path after start-up, so the first question scoped to a datasource does not build one);
+        returns how many were built."""
+        built = 0
+        for ds in sorted(catalog.datasources):
+            if self._lazy.peek(("fulltext", ds)) is None:
+                self.fulltext_for(catalog, ds)
+                built += 1
+        return built
+
+    def _docs_by_datasource(self, catalog: Catalog) -> dict[str, list[render.RenderedDoc]]:
+        """This generation's documents per datasource scope, in one pass (not one pass per datasource)."""
+
+        def group() -> dict[str, list[render.RenderedDoc]]:
+            out: dict[str, list[render.RenderedDoc]] = {}
+            for cid, doc in self.docs.items():
+                for ds in scope.doc_scopes(catalog, cid):
+                    out.setdefault(ds, []).append(doc)
+            return out
+
+        return self._lazy.get("documents by datasource", group)
 
     def pieces_for(self, catalog: Catalog) -> MemoryPieceIndex:
         """Memories cut into pieces for the hybrid ranking (built once, then derived per delta)."""
