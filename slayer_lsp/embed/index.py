@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slayer_lsp.catalog.numbering import Numbering
+
 _MIN_CAPACITY = 64
 _ALLOW_CACHE = 8
 _DEAD = -1  # the kind code of a row that was replaced or removed
@@ -266,8 +268,7 @@ class VectorIndex:
         self._ids: list[str] = []  # row -> id (append-only until the matrix is compacted)
         self._hashes: list[str] = []
         self._pos: dict[str, int] = {}  # live id -> row
-        self._kind_names: list[str] = []
-        self._kind_codes: dict[str, int] = {}
+        self._kinds = Numbering()  # kind -> code
         cap = max(_MIN_CAPACITY, capacity)
         self._codes = np.zeros(cap, dtype=np.int16)
         self._mat = np.zeros((cap, dim), dtype=np.float32) if dim else None
@@ -286,8 +287,8 @@ class VectorIndex:
             self._codes[: self._n].copy(),
             self._ids,
             dict(self._pos),
-            tuple(self._kind_names),
-            dict(self._kind_codes),
+            tuple(self._kinds.names),
+            dict(self._kinds.number),
             self._reach,
         )
 
@@ -338,7 +339,7 @@ class VectorIndex:
     def kind_of(self, canonical_id: str) -> str | None:
         with self._lock:
             pos = self._pos.get(canonical_id)
-            return None if pos is None else self._kind_names[self._codes[pos]]
+            return None if pos is None else self._kinds.names[self._codes[pos]]
 
     def vector(self, canonical_id: str) -> np.ndarray | None:
         with self._lock:
@@ -432,13 +433,6 @@ class VectorIndex:
         self._pos = {cid: i for i, cid in enumerate(self._ids)}
         self._mat, self._codes, self._n = mat, codes, len(order)
 
-    def _code(self, kind: str) -> int:
-        code = self._kind_codes.get(kind)
-        if code is None:
-            code = self._kind_codes[kind] = len(self._kind_names)
-            self._kind_names.append(kind)
-        return code
-
     def _mismatch(self, width: int, what: str) -> str:
         return (
             f"dense: {what} has {width} dimensions but the index of {self._model} holds "
@@ -498,7 +492,7 @@ class VectorIndex:
                 self._ids.append(cid)
                 self._hashes.append(hashes[i] if hashes is not None else "")
                 self._mat[pos] = unit[i]
-                self._codes[pos] = self._code(kinds[i])
+                self._codes[pos] = self._kinds.of(kinds[i])
                 if hashes is not None and hashes[i]:
                     self._by_hash[hashes[i]] = cid
                 self._changed.add(cid)

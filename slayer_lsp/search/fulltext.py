@@ -29,6 +29,7 @@ import tantivy
 from immutables import Map, MapMutation
 
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
+from slayer_lsp.catalog.numbering import Numbering
 from slayer_lsp.search.fastfields import u64_values
 from slayer_lsp.texts.render import RenderedDoc
 
@@ -182,13 +183,12 @@ class FullTextIndex:
         self._opstamp = self._writer.commit_opstamp  # the writer reports only the opstamp it opened at
         self._kind_counts: dict[str, int] = {"memory": 0, "entity": 0}
         self._members: Map[str, str] = Map()  # canonical -> "memory" | "entity"
-        self._keys: dict[str, int] = {}  # canonical -> u64 fast-field key (hits map back without doc fetches)
-        self._names: list[str] = []
+        # canonical -> u64 fast-field key (hits map back without doc fetches)
+        self._numbers = Numbering()
         self._digests: dict[str, str] = {}  # canonical -> digest of the indexed text
         self._deletions = 0
         if _state is not None:
-            self._names = list(_state[0])
-            self._keys = {n: i for i, n in enumerate(self._names)}
+            self._numbers = Numbering(_state[0])
             members: dict[str, str] = {}
             for cid, (group, _key, digest) in _state[1].items():
                 members[cid] = group
@@ -223,7 +223,7 @@ class FullTextIndex:
         return FullTextView(
             self,
             self.tantivy.searcher(),
-            self._names,
+            self._numbers.names,
             self._members,
             dict(self._kind_counts),
             self._deletions,
@@ -239,8 +239,8 @@ class FullTextIndex:
     def manifest(self) -> tuple[int, list[str], dict[str, tuple[str, int, str]]]:
         return (
             self._opstamp,
-            list(self._names),
-            {c: (g, self._keys[c], self._digests[c]) for c, g in self._members.items()},
+            list(self._numbers.names),
+            {c: (g, self._numbers.number[c], self._digests[c]) for c, g in self._members.items()},
         )
 
     # the current view's reads, for an owner that keeps the index to itself
@@ -293,7 +293,7 @@ class FullTextIndex:
         self._delete(members, doc.canonical)
         tdoc = tantivy.Document()
         tdoc.add_text("id", doc.canonical)
-        tdoc.add_unsigned("key", self._key(doc.canonical))
+        tdoc.add_unsigned("key", self._numbers.of(doc.canonical))
         tdoc.add_text("kind", doc.kind)
         tdoc.add_text("canonical", doc.canonical)
         tdoc.add_text("text", doc.text)
@@ -302,13 +302,6 @@ class FullTextIndex:
         members[doc.canonical] = group
         self._digests[doc.canonical] = doc_digest(doc)
         self._kind_counts[group] += 1
-
-    def _key(self, canonical: str) -> int:
-        key = self._keys.get(canonical)
-        if key is None:
-            key = self._keys[canonical] = len(self._names)
-            self._names.append(canonical)
-        return key
 
     def _delete(self, members: MapMutation[str, str], canonical: str) -> bool:
         group = members.pop(canonical, None)

@@ -16,6 +16,7 @@ from immutables import Map
 
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import child_id, is_memory_ref
+from slayer_lsp.catalog.numbering import Numbering
 from slayer_lsp.search import name_stems, sampled_values
 from slayer_lsp.search.persistent import Moves, moved, note
 
@@ -27,24 +28,6 @@ _NO_STEMS: Map[str, tuple[str, ...]] = Map()
 _NO_IDS: Map[str, frozenset[str]] = Map()
 _NO_POSTINGS: Map[str, np.ndarray] = Map()
 _NO_NUMBERS = np.zeros(0, dtype=np.int32)
-
-
-class NameNumbers:
-    """A number per named id, shared by every generation of one lexicon: append-only, so an older
-    generation reads only numbers it already holds and a newer one never renumbers them."""
-
-    def __init__(self) -> None:
-        self.number: dict[str, int] = {}
-        self.names: list[str] = []
-
-    def of(self, cid: str) -> int:
-        n = self.number.get(cid)
-        if n is None:
-            n = self.number[cid] = len(self.names)
-            self.names.append(cid)
-        return n
-
-
 _NO_FLAGS: Map[str, frozenset[str]] = Map()
 _NO_JOINS: Map[str, tuple[tuple[str, str, str], ...]] = Map()
 
@@ -66,7 +49,7 @@ class Lexicon:
     shapes: Map[str, frozenset[str]] = _NO_FLAGS  # column id -> value shapes
     joins: Map[str, tuple[tuple[str, str, str], ...]] = _NO_JOINS
     # model id -> ((other model id, key column here, key column there), ...): each join's first pair
-    numbers: NameNumbers = field(default_factory=NameNumbers)
+    numbers: Numbering = field(default_factory=Numbering)  # shared by the generations
     # number -> how many stems its name has (this generation's)
     lengths: np.ndarray = field(default_factory=_NO_NUMBERS.copy)
 

@@ -20,6 +20,7 @@ import tantivy
 from immutables import Map
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of
+from slayer_lsp.catalog.numbering import Numbering
 from slayer_lsp.search.exact_tokens import LiteralIndex
 from slayer_lsp.search.fastfields import u64_values
 from slayer_lsp.search.persistent import Moves, moved, note
@@ -137,16 +138,8 @@ class _PieceWriter:
         self.tantivy = tantivy.Index(self.schema)
         self.tantivy.register_tokenizer(ANALYZER, _analyzer())
         self.writer = self.tantivy.writer(heap_size=16_000_000, num_threads=1)
-        self.keys: dict[str, int] = {}  # memory id -> u64 fast-field key
-        self.names: list[str] = []  # append-only: a generation reads only the keys its searcher holds
+        self.numbers = Numbering()  # memory id -> u64 fast-field key; a generation reads only its own
         self.head: MemoryPieceIndex | None = None
-
-    def key(self, mid: str) -> int:
-        key = self.keys.get(mid)
-        if key is None:
-            key = self.keys[mid] = len(self.names)
-            self.names.append(mid)
-        return key
 
 
 _NO_ENTRIES: Map[str, _Entry] = Map()
@@ -176,7 +169,7 @@ class MemoryPieceIndex:
         if _writer is None:
             self._w.head = self
         self._searcher = self._w.tantivy.searcher()
-        self._names = self._w.names
+        self._names = self._w.numbers.names
         self._entries = _entries
         self._tag_members = _tag_members  # case-folded tag -> memory ids carrying it
         self._linked_from = _linked_from  # memory id -> memories whose tags name it
@@ -243,7 +236,7 @@ class MemoryPieceIndex:
                 literal_gone.append(mid)
                 del entries[mid]
             if entry is not None:
-                key = w.key(mid)
+                key = w.numbers.of(mid)
                 for n, text in enumerate(entry.pieces):
                     doc = tantivy.Document()
                     doc.add_text("mid", mid)

@@ -1,0 +1,27 @@
+"""A number per key, handed out in order of first use and never reassigned.
+
+Why: an index keeps an integer per id (a tantivy fast field, a row of a vector matrix, a position in
+a postings array), and generations share the table. Since a number is never reused or moved, an
+older generation reads only the numbers it already holds while a newer one appends, with no copy
+and no lock (one writer: the refresh)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class Numbering:
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self.names: list[str] = list(names)  # number -> key
+        self.number: dict[str, int] = {name: n for n, name in enumerate(self.names)}
+
+    def of(self, key: str) -> int:
+        """The key's number, a new one (the next) the first time."""
+        n = self.number.get(key)
+        if n is None:
+            n = self.number[key] = len(self.names)
+            self.names.append(key)
+        return n
+
+    def __len__(self) -> int:
+        return len(self.names)
