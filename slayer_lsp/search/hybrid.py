@@ -159,13 +159,14 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
         final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(datasource_of(cid), 0.0)
     memory_final: dict[str, float] = {}
     best_own = max(mem_own.values(), default=0.0)
+    routed = (max(sc.table.values(), default=0.0), max(sc.datasource.values(), default=0.0))
     for m in matches:  # best first: a memory reached by a link alone follows the one it was reached from
         if m.channels == ("link",) and m.via:
             memory_final[m.memory_id] = LINK_DECAY * memory_final.get(memory_id_of(m.via), 0.0)
         else:
             share = mem_own[m.memory_id] / best_own if best_own > 0 else 0.0
             memory_final[m.memory_id] = mem_own[m.memory_id] + _memory_routing(
-                catalog, m.memory_id, sc, share
+                catalog, m.memory_id, sc, share, routed
             )
     if matches and matches[0].named:  # the best memory of a named record leads the memories
         memory_final[matches[0].memory_id] = max(memory_final.values()) + LEAD_MARGIN
@@ -497,11 +498,14 @@ def _route(sc: _Scores) -> None:
             sc.datasource[ds] = score
 
 
-def _memory_routing(catalog: Catalog, mid: str, sc: _Scores, share: float) -> float:
+def _memory_routing(
+    catalog: Catalog, mid: str, sc: _Scores, share: float, routed: tuple[float, float]
+) -> float:
     """A memory is routed like what it is about: its best tagged table and datasource. A tag of a
     datasource is about all of its tables (its best one counts), and a memory tagged with no entity
     is general knowledge that applies wherever the question is routed — in proportion to ``share``,
-    how it matches the question against the best memory (nothing ties it to the tables there)."""
+    how it matches the question against the best memory (nothing ties it to the tables there).
+    ``routed``: the best table's and the best datasource's scores of the question."""
     mem = catalog.memory(mid)
     if mem is None:
         return 0.0
@@ -520,8 +524,7 @@ def _memory_routing(catalog: Catalog, mid: str, sc: _Scores, share: float) -> fl
                 table, sc.datasource.get(datasource_of(tag), 0.0)
             )  # a datasource scores its best table
     if not tagged:
-        table = share * max(sc.table.values(), default=0.0)
-        ds = share * max(sc.datasource.values(), default=0.0)
+        table, ds = share * routed[0], share * routed[1]
     return W_TABLE * table + W_DATASOURCE * ds
 
 
