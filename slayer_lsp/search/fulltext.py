@@ -31,6 +31,7 @@ from immutables import Map, MapMutation
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
 from slayer_lsp.catalog.numbering import Numbering
 from slayer_lsp.search.fastfields import u64_values
+from slayer_lsp.search.tantivy_open import open_index
 from slayer_lsp.texts.render import RenderedDoc
 
 log = logging.getLogger(__name__)
@@ -175,10 +176,9 @@ class FullTextIndex:
         """An index over ``docs``, in RAM or (``path``) in a directory that a later start reopens."""
         self.schema = _schema()
         self.path = path
-        if path is None:
-            self.tantivy = tantivy.Index(self.schema)
-        else:
-            self.tantivy = tantivy.Index(self.schema, path=str(path), reuse=_state is not None)
+        self.tantivy = open_index(
+            self.schema, path=None if path is None else str(path), reuse=_state is not None
+        )
         self._writer = self.tantivy.writer(heap_size=64_000_000, num_threads=1)
         self._opstamp = self._writer.commit_opstamp  # the writer reports only the opstamp it opened at
         self._kind_counts: dict[str, int] = {"memory": 0, "entity": 0}

@@ -24,6 +24,7 @@ from slayer_lsp.catalog.numbering import Numbering
 from slayer_lsp.search.exact_tokens import LiteralIndex
 from slayer_lsp.search.fastfields import u64_values
 from slayer_lsp.search.persistent import Moves, moved, note
+from slayer_lsp.search.tantivy_open import open_index
 from slayer_lsp.store import documents as d
 from slayer_lsp.texts.pieces import piece_texts
 from slayer_lsp.texts.words import TOKEN_RE, words_of
@@ -135,7 +136,7 @@ class _PieceWriter:
 
     def __init__(self) -> None:
         self.schema = _schema()
-        self.tantivy = tantivy.Index(self.schema)
+        self.tantivy = open_index(self.schema)
         self.tantivy.register_tokenizer(ANALYZER, _analyzer())
         self.writer = self.tantivy.writer(heap_size=16_000_000, num_threads=1)
         self.numbers = Numbering()  # memory id -> u64 fast-field key; a generation reads only its own
