@@ -27,9 +27,11 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import msgspec
 
@@ -58,6 +60,9 @@ def cache_dir(location: StoreLocation) -> Path | None:
 
 
 class CachedDoc(msgspec.Struct, array_like=True):
+    """One parsed document: of a YAML file (its path and stat key), or of a SQLite row (``path`` is
+    the table, ``row`` the key; the digest of the row's text decides)."""
+
     path: str
     stat: tuple[int, int, int, int]
     kind: str
@@ -68,6 +73,7 @@ class CachedDoc(msgspec.Struct, array_like=True):
     memory: d.Memory | None = None
     priority: list[str] | None = None
     issues: list[tuple[str, str]] = []
+    row: str | None = None
 
 
 class DocCacheFile(msgspec.Struct):
@@ -85,8 +91,15 @@ class TextManifest(msgspec.Struct):
     members: dict[str, tuple[str, int, str]]  # canonical -> (group, key, digest)
 
 
-# The files this cache reads back: each says which format and store it was written for.
-_CacheFile = TypeVar("_CacheFile", DocCacheFile, TextManifest)
+class Stamped(Protocol):
+    """A cache file: it says which format and store it was written for (a value is trusted only
+    when both match)."""
+
+    format: int
+    store: str
+
+
+_CacheFile = TypeVar("_CacheFile", bound=Stamped)
 
 
 class StoreCache:
@@ -94,6 +107,8 @@ class StoreCache:
         self.location = location
         self.root = root
         self.ident = f"{location.backend}:{location.path.resolve()}"
+        self._writers: list[threading.Thread] = []  # background writes not yet waited for
+        self._manifest_at: tuple[str, int] | None = None  # (directory, opstamp) of the manifest on disk
 
     @classmethod
     def for_location(cls, location: StoreLocation) -> StoreCache | None:
@@ -102,7 +117,9 @@ class StoreCache:
 
     # -------------------------------------------------------------- io helpers
 
-    def _read(self, name: str, typ: type[_CacheFile]) -> _CacheFile | None:
+    def read_file(self, name: str, typ: type[_CacheFile]) -> _CacheFile | None:
+        """The cache file ``name`` decoded as ``typ``, or None when it is missing, too large, broken,
+        or written for another format or store."""
         path = self.root / name
         try:
             if path.stat().st_size > MAX_CACHE_BYTES:  # never loaded (nor kept: it would only grow)
@@ -121,8 +138,10 @@ class StoreCache:
             return None
         return value
 
-    def _write(self, name: str, value: object) -> None:
-        """Write one cache file, or skip it with a warning (the caller goes on without it)."""
+    def write_file(self, name: str, value: Stamped) -> None:
+        """Write one cache file (stamped with this format and store), or skip it with a warning (the
+        caller goes on without it)."""
+        value.format, value.store = FORMAT, self.ident
         tmp: str | None = None
         try:
             data = msgspec.msgpack.encode(value)
@@ -141,23 +160,54 @@ class StoreCache:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
 
+    def write_in_background(self, name: str, make: Callable[[], Stamped]) -> None:
+        """Write ``make()`` to ``name`` on a thread of its own, off the caller's path; ``flush`` waits
+        for it (the thread is not a daemon: a process ends once its cache files are written)."""
+
+        def run() -> None:
+            try:
+                value = make()
+            except Exception:  # noqa: BLE001 - the cache is an optimisation, never a failure
+                log.exception("cannot prepare cache file %s", self.root / name)
+                return
+            self.write_file(name, value)
+
+        self._writers = [t for t in self._writers if t.is_alive()]
+        writer = threading.Thread(target=run, name=f"slayer-cache-{name}")
+        self._writers.append(writer)
+        writer.start()
+
+    def flush(self) -> None:
+        """Wait for the background writes started so far."""
+        for writer in self._writers:
+            writer.join()
+        self._writers = []
+
     # -------------------------------------------------------------- parsed documents
 
     def load_docs(self) -> list[CachedDoc]:
-        value = self._read("docs.msgpack", DocCacheFile)
+        value = self.read_file("docs.msgpack", DocCacheFile)
         return value.docs if value is not None else []
 
     def save_docs(self, docs: list[CachedDoc]) -> None:
-        self._write("docs.msgpack", DocCacheFile(FORMAT, self.ident, docs))
+        self.write_file("docs.msgpack", DocCacheFile(FORMAT, self.ident, docs))
 
     # -------------------------------------------------------------- full-text index
 
     def load_text_manifest(self) -> TextManifest | None:
-        return self._read("fulltext.msgpack", TextManifest)
+        manifest = self.read_file("fulltext.msgpack", TextManifest)
+        if manifest is not None:
+            self._manifest_at = (manifest.directory, manifest.opstamp)
+        return manifest
 
     def save_text_manifest(self, manifest: TextManifest) -> None:
-        manifest.format, manifest.store = FORMAT, self.ident
-        self._write("fulltext.msgpack", manifest)
+        self.write_file("fulltext.msgpack", manifest)
+        self._manifest_at = (manifest.directory, manifest.opstamp)
+
+    def holds_manifest(self, directory: str, opstamp: int) -> bool:
+        """Whether the manifest on disk (as this process last read or wrote it) already describes the
+        index in ``directory`` at commit ``opstamp``: then writing it again changes nothing."""
+        return self._manifest_at == (directory, opstamp)
 
     def new_text_dir(self) -> Path | None:
         try:
