@@ -181,7 +181,9 @@ class Engine:
                     if cache is not None and self._reach is not None:  # a scope's index holds less: its own
                         cache = StoreCache(self.location, cache.root / f"scope-{self.scope.key()}")
                 try:
-                    indexes = SearchIndexes.build(catalog, graph=self._graph_enabled, cache=cache)
+                    indexes = SearchIndexes.build(
+                        catalog, graph=self._graph_enabled, cache=cache, reuse_texts=self._reach is None
+                    )
                 except (
                     ValueError,
                     OSError,
@@ -392,6 +394,9 @@ class Engine:
                 self.dense.close()
             if self._state is not None:
                 self._state.search.close_graph()
+                self._state.search.close_writers()
+                if self._state.search.cache is not None:
+                    self._state.search.cache.flush()
             self._reader.close()
 
     def _save_caches(self, search: SearchIndexes | None) -> None:
@@ -415,9 +420,12 @@ class Engine:
         fresh = state.search.rebuilt(state.catalog)
         with self._lock:
             if self._state is not state:  # a newer refresh won; it schedules its own compaction
+                fresh.close_writers()
                 return False
             self._state = State(state.catalog, fresh, state.full)
-            return True
+        state.search.close_writers()  # no generation derives from these any more
+        del state, fresh
+        return True
 
     def _schedule_compaction(self) -> None:
         if self._compact_after_s is None or self._state is None or not self._state.search.needs_compaction:

@@ -120,3 +120,97 @@ def test_long_lived_engine_goes_live_in_memory_and_leaves_a_snapshot(store, monk
     restarted = Engine(store)
     assert [h.id for h in restarted.search({"question": "zebracorn", "ranking": "slayer"}).results] == ["3"]
     assert len(parses) <= 1  # the snapshot plus the one changed file, not a rebuild
+
+
+# --------------------------------------------------------------------------- rendered texts
+
+
+def _count_renders(monkeypatch):
+    from slayer_lsp.texts import render
+
+    rendered = []
+    real = render.render_entity
+    monkeypatch.setattr(render, "render_entity", lambda cat, cid: rendered.append(cid) or real(cat, cid))
+    return rendered
+
+
+def _docs(engine):
+    return list(engine.state.search.docs.items())
+
+
+def test_restart_renders_only_what_changed_and_matches_a_cold_start(store, monkeypatch):
+    first = Engine(store)
+    first.refresh()
+    first.close()  # waits for the texts to be written
+    model = store / "models/jaffle/orders.yaml"
+    model.write_text(model.read_text().replace("status", "order_state"))
+    rendered = _count_renders(monkeypatch)
+    restarted = Engine(store)
+    catalog = restarted.catalog
+    changed = {
+        cid
+        for cid in catalog.searchable_ids()
+        if catalog.kind_of(cid) == "datasource" or catalog.get(cid).source.path == str(model)
+    }
+    assert set(rendered) == changed  # the edited model's entities, and the datasources (listing models)
+    cold = Engine(store, use_cache=False)
+    assert _docs(restarted) == _docs(cold)
+    assert _answers(restarted) == _answers(cold)
+
+
+def test_texts_of_another_renderer_are_not_reused(store, monkeypatch):
+    from slayer_lsp.search import rendered as rendered_cache
+
+    first = Engine(store)
+    expected = _docs(first)
+    first.close()
+    monkeypatch.setattr(rendered_cache, "renderer_stamp", lambda: "an older renderer")
+    rendered = _count_renders(monkeypatch)
+    restarted = Engine(store)
+    assert _docs(restarted) == expected
+    assert set(rendered) == set(restarted.catalog.searchable_ids())
+
+
+def test_an_unchanged_restart_rewrites_no_cache_file(store):
+    first = Engine(store)
+    first.refresh()
+    first.close()
+    root = StoreCache.for_location(first.location).root
+    files = ["docs.msgpack", "fulltext.msgpack", "rendered.msgpack"]
+    before = {name: (root / name).stat().st_mtime_ns for name in files}
+    second = Engine(store)
+    second.refresh()
+    second.close()
+    assert {name: (root / name).stat().st_mtime_ns for name in files} == before
+
+
+def test_sqlite_restart_decodes_only_the_changed_row(tmp_path, monkeypatch):
+    import json
+    import sqlite3
+
+    from slayer_lsp.store.reader import SqliteReader, StoreReader
+    from tests.conftest import SQLITE_STORE
+
+    monkeypatch.setenv("SLAYER_LSP_CACHE_DIR", str(tmp_path / "cache"))
+    db = tmp_path / "store.db"
+    shutil.copy(SQLITE_STORE, db)
+    first = Engine(db)
+    first.refresh()
+    first.close()
+    with sqlite3.connect(db) as conn:
+        key, data = conn.execute("SELECT id, data FROM memories ORDER BY id LIMIT 1").fetchone()
+        mem = json.loads(data)
+        mem["learning"] += " Zebracorn."
+        conn.execute("UPDATE memories SET data = ? WHERE id = ?", (json.dumps(mem), key))
+    parsed = []
+    real = SqliteReader._parse
+    monkeypatch.setattr(
+        SqliteReader,
+        "_parse",
+        staticmethod(lambda table, row, *a: parsed.append(row) or real(table, row, *a)),
+    )
+    restarted = Engine(db)
+    restarted.refresh()
+    assert parsed == [key]  # every other row came from the cache
+    assert restarted.catalog.docs == StoreReader(db).read().docs
+    assert _answers(restarted) == _answers(Engine(db, use_cache=False))

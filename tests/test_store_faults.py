@@ -508,6 +508,7 @@ def test_a_full_disk_under_the_cache_is_never_trusted_half_written(tmp_path, mon
     assert sorted(p.name for p in next((tmp_path / "cache").iterdir()).iterdir() if p.is_file()) == [
         "docs.msgpack",
         "fulltext.msgpack",
+        "rendered.msgpack",
     ]
     (store / BOOKS).write_text(edited((store / BOOKS).read_text()))  # the cached index is now behind
     with file_size_limit(0):

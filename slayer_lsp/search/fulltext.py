@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,6 +180,7 @@ class FullTextIndex:
             self.schema, path=None if path is None else str(path), reuse=_state is not None
         )
         self._writer = self.tantivy.writer(heap_size=64_000_000, num_threads=1)
+        self._closed = False
         self._opstamp = self._writer.commit_opstamp  # the writer reports only the opstamp it opened at
         self._kind_counts: dict[str, int] = {"memory": 0, "entity": 0}
         self._members: Map[str, str] = Map()  # canonical -> "memory" | "entity"
@@ -196,7 +197,7 @@ class FullTextIndex:
                 self._kind_counts[group] += 1
             self._members = Map(members)
             self.tantivy.reload()
-        self._view = self._publish()
+        self._view: FullTextView | None = self._publish()
         self.upsert(docs)
 
     @classmethod
@@ -216,7 +217,22 @@ class FullTextIndex:
 
     def view(self) -> FullTextView:
         """The view of the last commit (never changed by later ones)."""
+        if self._view is None:
+            raise ValueError("the full-text index was closed")
         return self._view
+
+    def extends(self, view: FullTextView) -> bool:
+        """Whether a next commit can be derived from ``view`` in place: it is this writer's last
+        commit and the writer is open (else the caller indexes anew, as for an older generation)."""
+        return not self._closed and self._view is view
+
+    def close(self) -> None:
+        """Let go of the writer now rather than at the next full GC pass: its indexing memory, its
+        threads, and an on-disk index's lock. The views taken so far keep answering."""
+        if not self._closed:
+            self._closed = True
+            self._writer.wait_merging_threads()
+            self._view = None  # its views point here: no cycle left for the GC to find
 
     def _publish(self) -> FullTextView:
         self.tantivy.reload()
@@ -229,11 +245,14 @@ class FullTextIndex:
             self._deletions,
         )
 
-    def sync(self, docs: dict[str, RenderedDoc]) -> None:
-        """Make the index hold exactly ``docs``, touching only documents whose text changed."""
+    def sync(self, docs: dict[str, RenderedDoc], known: Mapping[str, str] | None = None) -> None:
+        """Make the index hold exactly ``docs``, touching only documents whose text changed.
+        ``known``: text digests already computed (by canonical), so they are not computed again."""
+        known = known or {}
+        have = self._digests
         self.replace(
             [c for c in self._members if c not in docs],
-            [doc for cid, doc in docs.items() if self._digests.get(cid) != doc_digest(doc)],
+            [doc for cid, doc in docs.items() if have.get(cid) != (known.get(cid) or doc_digest(doc))],
         )
 
     def manifest(self) -> tuple[int, list[str], dict[str, tuple[str, int, str]]]:
@@ -255,16 +274,26 @@ class FullTextIndex:
         return self._deletions
 
     @property
+    def digests(self) -> Mapping[str, str]:
+        """The text digest of every indexed document, by canonical (read-only)."""
+        return self._digests
+
+    @property
+    def opstamp(self) -> int:
+        """The last commit's opstamp (unchanged when nothing was committed since)."""
+        return self._opstamp
+
+    @property
     def kind_counts(self) -> dict[str, int]:
-        return self._view.kind_counts
+        return self.view().kind_counts
 
     def parse(self, question: str) -> tantivy.Query | None:
-        return self._view.parse(question)
+        return self.view().parse(question)
 
     def search(
         self, query: tantivy.Query, *, memories: bool, limit: int, allow: frozenset[str] | None = None
     ) -> list[TextHit]:
-        return self._view.search(query, memories=memories, limit=limit, allow=allow)
+        return self.view().search(query, memories=memories, limit=limit, allow=allow)
 
     # ------------------------------------------------------------------ updates
 
@@ -275,6 +304,8 @@ class FullTextIndex:
     def replace(self, removals: Iterable[str], docs: Iterable[RenderedDoc]) -> FullTextView:
         """Delete some documents and add or replace others in one commit (one fsync when the index
         lives on disk); returns the view of that commit (the last one when nothing changed)."""
+        if self._closed:
+            raise ValueError("the full-text index was closed")
         members = self._members.mutate()
         changed = any([self._delete(members, c) for c in removals])
         for doc in docs:
@@ -284,7 +315,7 @@ class FullTextIndex:
         if changed:
             self._opstamp = self._writer.commit()
             self._view = self._publish()
-        return self._view
+        return self.view()
 
     def delete(self, canonicals: Iterable[str]) -> FullTextView:
         return self.replace(canonicals, ())

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import datasource_of, is_model_id
-from slayer_lsp.search import scope
+from slayer_lsp.search import rendered, scope
 from slayer_lsp.search.fulltext import FullTextIndex, FullTextView
 from slayer_lsp.search.graph import GraphIndex
 from slayer_lsp.search.lexicon import Lexicon
@@ -114,12 +114,13 @@ class SearchIndexes:
     _graph_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def build(cls, catalog: Catalog, *, graph: bool = True, cache: Any = None) -> SearchIndexes:
-        docs: dict[str, render.RenderedDoc] = {}
-        for cid in catalog.searchable_ids():
-            doc = render.render_entity(catalog, cid)
-            if doc is not None:
-                docs[cid] = doc
+    def build(
+        cls, catalog: Catalog, *, graph: bool = True, cache: Any = None, reuse_texts: bool = True
+    ) -> SearchIndexes:
+        """The first generation. With ``cache``, the last run's full-text index is reopened and brought
+        up to date, and (``reuse_texts``: the catalog holds the stored documents as they are, not
+        pruned by a scope) the texts of unchanged documents are taken from the cache, not rendered."""
+        docs, known, fresh = rendered.render_all(catalog, cache if reuse_texts else None)
         fulltext = None
         if cache is not None:
             manifest = cache.load_text_manifest()
@@ -128,11 +129,14 @@ class SearchIndexes:
                     Path(manifest.directory), manifest.names, manifest.members, manifest.opstamp
                 )
             if fulltext is not None:
-                fulltext.sync(docs)  # only documents whose text changed since the last run
+                fulltext.sync(docs, known)  # only documents whose text changed since the last run
             else:
                 fulltext = _persistent_index(cache, docs)
             if fulltext is not None:
                 _save_manifest(cache, fulltext)
+            if fulltext is not None and fresh and reuse_texts:  # written beside the start, not in its way
+                digests = dict(fulltext.digests)
+                cache.write_in_background(rendered.FILE, lambda: rendered.cache_file(catalog, docs, digests))
         return cls(docs, (fulltext or FullTextIndex(docs.values())).view(), graph, cache=cache)
 
     @property
@@ -164,7 +168,7 @@ class SearchIndexes:
             if not _is_text_key(key) or key[1] not in catalog.datasources:
                 continue
             ds = key[1]
-            if view.index.view() is not view:  # not this writer's last commit: rebuilt on first use
+            if not view.index.extends(view):  # not this writer's last commit: rebuilt on first use
                 continue
             scoped = [u for u in upserts if ds in scope.doc_scopes(catalog, u.canonical)]
             gone = [c for c in removals if c in view] + [
@@ -230,7 +234,8 @@ class SearchIndexes:
         if snapshot is not None:
             _save_manifest(self.cache, snapshot)
         if self.ram_live or snapshot is None:
-            del snapshot  # releases its writer lock; the directory stays as the cache
+            if snapshot is not None:
+                snapshot.close()  # releases its writer lock; the directory stays as the cache
             live = FullTextIndex(docs.values())
         else:
             live = snapshot
@@ -255,6 +260,18 @@ class SearchIndexes:
             _lazy=_Lazy(seed),
             _graph_lock=self._graph_lock,
         )
+
+    def close_writers(self) -> None:
+        """Close the writers behind this generation's indexes once no later generation derives from
+        them (it was replaced by a rebuild, or the engine closes): their memory, threads and on-disk
+        lock go now, not at the next full GC pass. The views keep answering requests that hold them;
+        a later change to a closed index indexes anew."""
+        self.fulltext.index.close()
+        for view in self.by_datasource.values():
+            view.index.close()
+        pieces: MemoryPieceIndex | None = self._lazy.peek("pieces")
+        if pieces is not None:
+            pieces.close()
 
     def save_cache(self) -> None:
         """Record the live index's state so the next start reopens it (after incremental updates)."""
@@ -398,7 +415,7 @@ def _derived(
 ) -> FullTextView:
     """The next view of the whole store's index: committed by its writer when ``view`` is that
     writer's last commit (always, for the refresh), else a fresh index over ``docs``."""
-    if view.index.view() is view:
+    if view.index.extends(view):
         return view.index.replace(removals, upserts)
     log.info("full text: deriving from an older generation; indexing every document anew")
     return FullTextIndex(docs).view()
@@ -416,8 +433,9 @@ def _persistent_index(cache: Any, docs: dict[str, render.RenderedDoc]) -> FullTe
 
 
 def _save_manifest(cache: Any, index: FullTextIndex) -> None:
-    opstamp, names, members = index.manifest()
-    cache.save_text_manifest(TextManifest(0, "", str(index.path), opstamp, names, members))
+    if not cache.holds_manifest(str(index.path), index.opstamp):  # an unchanged index keeps its own
+        opstamp, names, members = index.manifest()
+        cache.save_text_manifest(TextManifest(0, "", str(index.path), opstamp, names, members))
     cache.collect_garbage(keep=index.path)
 
 

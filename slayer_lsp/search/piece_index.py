@@ -141,6 +141,14 @@ class _PieceWriter:
         self.writer = self.tantivy.writer(heap_size=16_000_000, num_threads=1)
         self.numbers = Numbering()  # memory id -> u64 fast-field key; a generation reads only its own
         self.head: MemoryPieceIndex | None = None
+        self.closed = False
+
+    def close(self) -> None:
+        """Let go of the writer (its memory and threads) now rather than at a full GC pass."""
+        if not self.closed:
+            self.closed = True
+            self.head = None  # a later change forks a writer of its own
+            self.writer.wait_merging_threads()
 
 
 _NO_ENTRIES: Map[str, _Entry] = Map()
@@ -191,6 +199,10 @@ class MemoryPieceIndex:
         ``catalog`` (itself when the delta touches no memory)."""
         touched = [memory_id_of(c) for c in delta.touched if is_memory_ref(c)]
         return self.replaced(touched, catalog.memories) if touched else self
+
+    def close(self) -> None:
+        """Close the writer behind this chain of generations (their searchers keep answering)."""
+        self._w.close()
 
     def rebuilt(self) -> MemoryPieceIndex:
         """A fresh index over the same memories (BM25 statistics without replaced pieces)."""
