@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
+from slayer_lsp import allocator
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.reach.reachable import Reach
 from slayer_lsp.reach.scope import Scope
@@ -425,6 +426,7 @@ class Engine:
             self._state = State(state.catalog, fresh, state.full)
         state.search.close_writers()  # no generation derives from these any more
         del state, fresh
+        allocator.trim()  # the old generation's native memory, freed in a burst
         return True
 
     def _schedule_compaction(self) -> None:

@@ -45,6 +45,9 @@ def serve(argv: list[str] | None = None) -> int:
     """Run the server until the client says exit. Only JSON-RPC is written to stdout: the real
     stdout is handed to the transport and ``sys.stdout`` is pointed at stderr for stray prints."""
     args = build_parser().parse_args(argv)
+    from slayer_lsp import allocator
+
+    allocator.tune()  # a long-lived process: before any thread has an arena
     if not logging.getLogger().handlers:
         logging.basicConfig(
             stream=sys.stderr, level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -16,6 +16,10 @@ def serve(
     """Run the MCP server on stdio until the client closes it."""
     import anyio
 
+    from slayer_lsp import allocator
+
+    allocator.tune()  # a long-lived process: before any thread has an arena
+
     from slayer_lsp.mcp.server import McpApp, run_stdio
 
     app = McpApp(storage, scope, dense=dense, embedding_model=embedding_model, switch_model=switch_model)
