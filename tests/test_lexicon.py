@@ -84,3 +84,19 @@ def test_name_scores_equal_the_plain_definition_on_every_generation(tmp_path):
     first = generations[0]
     q = name_stems.stems("order total amount of the customer")
     assert list(first.name_scores(q).items()) == reference(first, q, 200)  # an old generation is as it was
+
+
+def test_equal_names_and_value_shapes_are_held_once():
+    """A warehouse repeats ``id`` and ``created_at`` in every model: the lexicon keeps one copy of
+    each distinct stem tuple and shape set (it was 350 MiB at 10,000 models before)."""
+    catalog = Catalog.from_read(read_store(SHOP))
+    lexicon = Lexicon.build(catalog)
+    by_value: dict[object, list[object]] = {}
+    for table in (lexicon.stems, lexicon.shapes, lexicon.terms):
+        for value in table.values():
+            by_value.setdefault(value, []).append(value)
+    repeated = [copies for copies in by_value.values() if len(copies) > 1]
+    assert repeated  # the example store repeats names, so the test sees sharing
+    assert all(all(c is copies[0] for c in copies) for copies in repeated)
+    stems = [s for t in lexicon.stems.values() for s in t]
+    assert len({id(s) for s in stems}) == len(set(stems))  # each stem string once

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 from immutables import Map
@@ -21,6 +23,7 @@ from slayer_lsp.search import name_stems, sampled_values
 from slayer_lsp.search.persistent import Moves, moved, note
 
 LEAF_KINDS = ("column", "measure", "aggregation")
+_V = TypeVar("_V")
 MAX_POSTINGS = 20000  # a stem in more names than this says nothing (its idf is ~0): skipped
 
 
@@ -65,11 +68,21 @@ class Lexicon:
     def _updated(self, catalog: Catalog, ids: Iterable[str]) -> Lexicon:
         ids = list(ids)
         entries = []
+        same: dict = {}  # one object per distinct value: warehouses repeat names and value shapes
         for cid in ids:
             ent = catalog.get(cid)
             if ent is None or ent.hidden or ent.kind not in (*LEAF_KINDS, "model"):
                 continue
-            entries.append(_entry(catalog, ent))
+            canonical, name_stems_, value_terms, value_shapes, model_joins = _entry(catalog, ent)
+            entries.append(
+                (
+                    canonical,
+                    _shared(same, tuple(sys.intern(s) for s in name_stems_)),
+                    _shared(same, frozenset(sys.intern(t) for t in value_terms)),
+                    _shared(same, value_shapes),
+                    model_joins,
+                )
+            )
         stems, terms = self.stems.mutate(), self.terms.mutate()
         shapes, joins = self.shapes.mutate(), self.joins.mutate()
         numbers = self.numbers
@@ -197,6 +210,11 @@ def _moved_numbers(
         else:
             out.pop(stem, None)
     return out.finish()
+
+
+def _shared(same: dict, value: _V) -> _V:
+    """The one object standing for ``value`` among those seen (equal values, one copy in memory)."""
+    return same.setdefault(value, value)
 
 
 def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
