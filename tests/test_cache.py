@@ -214,3 +214,41 @@ def test_sqlite_restart_decodes_only_the_changed_row(tmp_path, monkeypatch):
     assert parsed == [key]  # every other row came from the cache
     assert restarted.catalog.docs == StoreReader(db).read().docs
     assert _answers(restarted) == _answers(Engine(db, use_cache=False))
+
+
+def test_a_long_lived_engine_keeps_a_warehouse_index_on_disk(store, monkeypatch):
+    """Moving the live index into memory means rebuilding it: done for a small store, never for a
+    large one alone (27 s and 700 MiB at 10,000 models); its edits commit to the on-disk index."""
+    import gc
+    import time
+
+    from slayer_lsp.search import indexes
+
+    monkeypatch.setattr(indexes, "COMPACT_EVERY_CHANGE_UP_TO", 10)  # the example store counts as large
+    monkeypatch.setattr(indexes, "COMPACT_DIVISOR", 1)  # ... and one edit is not worth a rebuild
+    first = Engine(store)
+    first.refresh()
+    first.close()
+    del first
+    gc.collect()
+    engine = Engine(store, compact_after_s=0.05)
+    expected = _answers(engine)
+    assert not engine.state.search.needs_compaction and engine.state.search.fulltext.path is not None
+    mem = store / "memories/3.md"
+    mem.write_text(mem.read_text().replace("Chicago", "Zebracorn City"))
+    engine.refresh([str(mem)])
+    time.sleep(0.3)  # a compaction, if one were due, would have run
+    assert engine.state.search.fulltext.path is not None  # still the on-disk index
+    assert [h.id for h in engine.search({"question": "zebracorn", "ranking": "slayer"}).results] == ["3"]
+    assert _answers(engine) != expected
+    engine.close()
+    del engine
+    gc.collect()
+    parses = _count_parses(monkeypatch)
+    # a small store again: a one-shot engine rebuilds an index whose replaced documents still weigh
+    # in its BM25, which it knows from the manifest, and answers exactly as a cold start
+    monkeypatch.setattr(indexes, "COMPACT_EVERY_CHANGE_UP_TO", 50_000)
+    restarted = Engine(store)
+    assert [h.id for h in restarted.search({"question": "zebracorn", "ranking": "slayer"}).results] == ["3"]
+    assert parses == []  # the edit was recorded in the cache when the engine closed
+    assert _answers(restarted) == _answers(Engine(store, use_cache=False))

@@ -171,7 +171,7 @@ class FullTextIndex:
         docs: Iterable[RenderedDoc] = (),
         *,
         path: Path | None = None,
-        _state: tuple[list[str], dict[str, tuple[str, int, str]]] | None = None,
+        _state: tuple[list[str], dict[str, tuple[str, int, str]], int] | None = None,
     ):
         """An index over ``docs``, in RAM or (``path``) in a directory that a later start reopens."""
         self.schema = _schema()
@@ -196,17 +196,24 @@ class FullTextIndex:
                 self._digests[cid] = digest
                 self._kind_counts[group] += 1
             self._members = Map(members)
+            self._deletions = _state[2]
             self.tantivy.reload()
         self._view: FullTextView | None = self._publish()
         self.upsert(docs)
 
     @classmethod
     def reopen(
-        cls, path: Path, names: list[str], members: dict[str, tuple[str, int, str]], opstamp: int
+        cls,
+        path: Path,
+        names: list[str],
+        members: dict[str, tuple[str, int, str]],
+        opstamp: int,
+        deletions: int = 0,
     ) -> FullTextIndex | None:
-        """Reopen a cached index when it is exactly the one its manifest describes; else None."""
+        """Reopen a cached index when it is exactly the one its manifest describes (``deletions``:
+        the documents it replaced or deleted, still weighing in its BM25); else None."""
         try:
-            index = cls(path=path, _state=(names, members))
+            index = cls(path=path, _state=(names, members, deletions))
         except (ValueError, OSError) as exc:  # locked by another process, or damaged
             log.info("cached full-text index at %s not reusable: %s", path, exc)
             return None

@@ -89,6 +89,7 @@ class TextManifest(msgspec.Struct):
     opstamp: int
     names: list[str]  # fast-field key -> canonical
     members: dict[str, tuple[str, int, str]]  # canonical -> (group, key, digest)
+    deletions: int = 0  # documents replaced or deleted since the index was built (still in its BM25)
 
 
 class Stamped(Protocol):
