@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 import immutables
+import msgspec
 
 from slayer_lsp.catalog.ids import memory_ref, name_of, parent_of
 from slayer_lsp.store import documents as d
@@ -31,9 +32,10 @@ _T = TypeVar("_T")
 ENTITY_KINDS = ("datasource", "model", "column", "measure", "aggregation", "memory")
 
 
-@dataclass(frozen=True, slots=True)
-class Entity:
-    """One addressable thing of the catalog, in plain data."""
+class Entity(msgspec.Struct, frozen=True, gc=False):
+    """One addressable thing of the catalog, in plain data. A struct rather than a dataclass: a
+    warehouse store has 430,000 of them, made at every start (a tenth of the time; and, pointing
+    only at documents, never in a cycle, so kept out of GC passes)."""
 
     canonical: str  # "ds", "ds.model", "ds.model.leaf" or "memory:<id>"
     kind: str  # one of ENTITY_KINDS

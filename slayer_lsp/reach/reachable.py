@@ -514,7 +514,9 @@ class Reach:
             return hit
         pruned = msgspec.structs.replace(model, joins=[j for j in model.joins if j.target_model not in gone])
         ents = [
-            replace(full.entities[c], model=pruned, obj=pruned if c == key.name else full.entities[c].obj)
+            msgspec.structs.replace(
+                full.entities[c], model=pruned, obj=pruned if c == key.name else full.entities[c].obj
+            )
             for c in (key.name, *full.children(key.name))
         ]
         kept = _Kept(doc, gone, replace(doc, value=pruned), tuple(ents))
@@ -616,7 +618,7 @@ class Reach:
             doc,
             gone,
             replace(doc, value=stripped),
-            (replace(full.entities[memory_ref(key.name)], obj=stripped),),
+            (msgspec.structs.replace(full.entities[memory_ref(key.name)], obj=stripped),),
         )
         self._stripped[key] = kept
         return kept
