@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from slayer_lsp.analysis.inspect import InspectItem
+from slayer_lsp.embed.report import PartsStatus
 
 
 class Position(msgspec.Struct, kw_only=True):
@@ -86,21 +87,6 @@ class StatusParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``slayer/status`` takes no parameters (``{}`` or none)."""
 
 
-class PartsReport(msgspec.Struct, kw_only=True):
-    """The part-vector worker (facets; ``embed.worker.PartsStatus``): its rows per part kind
-    (``column#values``) and the same counters as the dense channel's."""
-
-    state: str
-    rows: int
-    embedded: int
-    reused: int
-    pending: int
-    failed: int
-    last_error: str | None = None
-    store: str = ""
-    kinds: dict[str, int] = {}
-
-
 class EmbeddingReport(msgspec.Struct, kw_only=True):
     """The dense channel's worker (``embed.worker.EmbeddingStatus``) with its current warnings."""
 
@@ -115,7 +101,7 @@ class EmbeddingReport(msgspec.Struct, kw_only=True):
     last_error: str | None = None
     store: str = ""
     other_models: dict[str, int] = {}
-    parts: PartsReport | None = None
+    parts: PartsStatus | None = None  # the part-vector worker: the same counters, rows per part kind
     warnings: list[str] = []
 
 
