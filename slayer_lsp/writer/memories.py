@@ -130,29 +130,12 @@ def save_memory(
         learning, description = _as_read_back(learning, description, notes)
     canonicals, warnings, stored_query = _link(catalog, entities, query)
     warnings = (*warnings, *notes)
-    if location.backend == "sqlite":
-        return _save_sqlite(
-            location.path,
-            memory_id,
-            learning,
-            description,
-            canonicals,
-            stored_query,
-            warnings,
-            lock_timeout,
-            reachable,
-        )
-    return _save_yaml(
-        location.path,
-        memory_id,
-        learning,
-        description,
-        canonicals,
-        stored_query,
-        warnings,
-        lock_timeout,
-        reachable,
+    request = _SaveRequest(
+        memory_id, learning, description, canonicals, stored_query, warnings, lock_timeout, reachable
     )
+    if location.backend == "sqlite":
+        return _save_sqlite(location.path, request)
+    return _save_yaml(location.path, request)
 
 
 def scoped_id_refusal(memory_id: Any) -> str:
@@ -563,17 +546,24 @@ def _read_text(path: Path) -> str:
     return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _save_yaml(
-    store: Path,
-    memory_id: str | None,
-    learning: str,
-    description: str | None,
-    entities: tuple[str, ...],
-    query: dict[str, Any] | None,
-    warnings: tuple[str, ...],
-    timeout: float,
-    reachable: Collection[str] | None = None,
-) -> SavedMemory:
+@dataclass(frozen=True)
+class _SaveRequest:
+    """One memory to save, checked and linked; the backends differ only in where it goes."""
+
+    memory_id: str | None  # None: allocate one
+    learning: str
+    description: str | None
+    entities: tuple[str, ...]
+    query: dict[str, Any] | None
+    warnings: tuple[str, ...]
+    timeout: float  # for the store's lock
+    reachable: Collection[str] | None = None  # a scoped writer's memory ids (see ``save_memory``)
+
+
+def _save_yaml(store: Path, request: _SaveRequest) -> SavedMemory:
+    memory_id, learning, description = request.memory_id, request.learning, request.description
+    entities, query, warnings = request.entities, request.query, request.warnings
+    timeout, reachable = request.timeout, request.reachable
     memories = _yaml_store(store)
     if memory_id is not None:
         _check_file_name(memories, memory_id)
@@ -763,17 +753,10 @@ def _put_row(conn: sqlite3.Connection, doc: Mapping[str, Any]) -> None:
         )
 
 
-def _save_sqlite(
-    db: Path,
-    memory_id: str | None,
-    learning: str,
-    description: str | None,
-    entities: tuple[str, ...],
-    query: dict[str, Any] | None,
-    warnings: tuple[str, ...],
-    timeout: float,
-    reachable: Collection[str] | None = None,
-) -> SavedMemory:
+def _save_sqlite(db: Path, request: _SaveRequest) -> SavedMemory:
+    memory_id, learning, description = request.memory_id, request.learning, request.description
+    entities, query, warnings = request.entities, request.query, request.warnings
+    timeout, reachable = request.timeout, request.reachable
     try:
         with sqlite_transaction(db, timeout) as conn:
             check_sqlite_schema(conn, db)
