@@ -7,8 +7,9 @@ cache keeps each entity's text with two digests: the stored document's it came f
 start an entity whose document digest is unchanged takes its text from the cache; every other one
 is rendered. A datasource's text lists its models, so datasources are always rendered.
 
-The cache is trusted only for the renderer and document types that wrote it: its ``renderer`` stamp
-is a digest of their source files, so an upgrade that changes either renders everything again.
+The cache is trusted only for the renderer, parsers and document types that wrote it: its
+``renderer`` stamp is a digest of their source files, so an upgrade that changes any of them renders
+everything again.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ import msgspec
 
 from slayer_lsp import __version__
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.store import documents
+from slayer_lsp.store import documents, fastyaml, reader
 from slayer_lsp.store.cache import StoreCache
-from slayer_lsp.store.reader import Source
 from slayer_lsp.texts import render
 from slayer_lsp.texts.render import RenderedDoc
 
@@ -49,14 +49,15 @@ class RenderedFile(msgspec.Struct):
 
 @cache
 def renderer_stamp() -> str:
-    """What the texts depend on besides the documents: this version's renderer and document types."""
+    """What the texts depend on besides the stored bytes: this version's renderer, document types and
+    parsers (the same bytes may read differently after an upgrade)."""
     h = hashlib.blake2b(__version__.encode(), digest_size=12)
-    for module in (render, documents):
+    for module in (render, documents, reader, fastyaml):
         h.update(Path(module.__file__ or "").read_bytes())
     return h.hexdigest()
 
 
-def source_digests(catalog: Catalog) -> dict[Source, str]:
+def source_digests(catalog: Catalog) -> dict[reader.Source, str]:
     """Each stored document's digest by its source (what an entity records)."""
     return {doc.source: doc.digest for doc in catalog.docs.values()}
 
