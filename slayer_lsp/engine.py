@@ -44,12 +44,16 @@ class State:
     full: Catalog | None = None  # the whole store under a scope (None: the same as ``catalog``)
 
 
+COMPACT_MAX_WAIT_S = 30.0  # a wanted compaction is put off by further edits at most this long
+
+
 @dataclass
 class RefreshStats:
     generation: int = 0
     last_refresh_s: float = 0.0
     last_delta_size: int = 0
     refreshes: int = 0
+    compactions: int = 0  # rebuilds swapped in
     last_error: str | None = None
     unreadable_since: float | None = None  # time.time() when the store became unreadable (None: readable)
     timings: dict[str, float] = field(default_factory=dict)
@@ -132,6 +136,9 @@ class Engine:
         self._built = False  # indexes (with cache and dense channel) were built from a readable store
         self._compact_after_s = compact_after_s  # None: only on explicit compact() calls
         self._compact_timer: threading.Timer | None = None
+        self._compact_due: float | None = None  # monotonic time since when a compaction is wanted
+        self._compacting = False  # a scheduled compaction is running
+        self._closed = False
 
     # ------------------------------------------------------------------ state
 
@@ -387,6 +394,7 @@ class Engine:
     def close(self) -> None:
         """Record the caches so that the next start on this store resumes from here."""
         with self._lock:
+            self._closed = True  # no compaction is scheduled after this
             if self._compact_timer is not None:
                 self._compact_timer.cancel()
             if self._state is not None and self.catalog.fatal is None:
@@ -418,25 +426,60 @@ class Engine:
             state = self._state
         if state is None or not state.search.needs_compaction:
             return False
+        t0 = time.perf_counter()
         fresh = state.search.rebuilt(state.catalog)
         with self._lock:
-            if self._state is not state:  # a newer refresh won; it schedules its own compaction
+            if self._closed:
                 fresh.close_writers()
                 return False
+            if self._state is not state:  # a newer refresh won (see _compact_when_due)
+                fresh.close_writers()
+                log.info("compaction overtaken by a refresh after %.2f s", time.perf_counter() - t0)
+                return False
             self._state = State(state.catalog, fresh, state.full)
+            self.stats.compactions += 1
         state.search.close_writers()  # no generation derives from these any more
         del state, fresh
         allocator.trim()  # the old generation's native memory, freed in a burst
+        log.info("compacted the full-text indexes in %.2f s", time.perf_counter() - t0)
         return True
 
     def _schedule_compaction(self) -> None:
-        if self._compact_after_s is None or self._state is None or not self._state.search.needs_compaction:
+        """After a refresh (under the engine lock): compact once the store has been quiet for
+        ``compact_after_s``, but never put off past ``COMPACT_MAX_WAIT_S`` since one was first
+        wanted: under edits that never pause (the soak saw one a second) a debounce alone never
+        fired, and the replaced documents piled up in the live indexes."""
+        if self._closed or self._compact_after_s is None or self._state is None:
             return
+        if not self._state.search.needs_compaction:
+            return
+        now = time.monotonic()
+        if self._compact_due is None:
+            self._compact_due = now
+        if self._compacting:
+            return  # the running one schedules the next when it ends
         if self._compact_timer is not None:
+            if now - self._compact_due >= COMPACT_MAX_WAIT_S:
+                return  # due long enough: the scheduled one is not put off again
             self._compact_timer.cancel()
-        self._compact_timer = threading.Timer(self._compact_after_s, self.compact)
+        self._compact_timer = threading.Timer(self._compact_after_s, self._compact_when_due)
         self._compact_timer.daemon = True
         self._compact_timer.start()
+
+    def _compact_when_due(self) -> None:
+        with self._lock:
+            self._compact_timer, self._compacting = None, True
+        done = False
+        try:
+            done = self.compact()
+        except Exception:  # noqa: BLE001 - the live indexes keep serving; the next edit tries again
+            log.exception("compacting the full-text indexes failed")
+        finally:
+            with self._lock:
+                self._compacting = False
+                if done:
+                    self._compact_due = None
+                self._schedule_compaction()  # edits meanwhile, or a refresh overtook this one
 
     # ------------------------------------------------------------------ queries
 
