@@ -419,9 +419,18 @@ class Engine:
                 "cannot record the on-disk caches (%s: %s); serving from memory", type(exc).__name__, exc
             )
 
-    def compact(self) -> bool:
+    def compact(self, *, exclusive: bool = False) -> bool:
         """Rebuild the full-text indexes so their statistics match a fresh build; requests keep
-        being answered from the current state meanwhile. Returns True when a rebuild was swapped in."""
+        being answered from the current state meanwhile. Returns True when a rebuild was swapped in.
+        A refresh that comes first wins and the rebuild is dropped, unless ``exclusive``: then
+        refreshes wait for the rebuild (the last resort of a compaction overdue under edits that
+        never pause, whose rebuilds would otherwise lose every race)."""
+        if exclusive:
+            with self._lock:
+                return self._compact()
+        return self._compact()
+
+    def _compact(self) -> bool:
         with self._lock:
             state = self._state
         if state is None or not state.search.needs_compaction:
@@ -448,7 +457,8 @@ class Engine:
         """After a refresh (under the engine lock): compact once the store has been quiet for
         ``compact_after_s``, but never put off past ``COMPACT_MAX_WAIT_S`` since one was first
         wanted: under edits that never pause (the soak saw one a second) a debounce alone never
-        fired, and the replaced documents piled up in the live indexes."""
+        fired, and the replaced documents piled up in the live indexes. A compaction still due
+        after that long runs with refreshes waiting for it (``compact(exclusive=True)``)."""
         if self._closed or self._compact_after_s is None or self._state is None:
             return
         if not self._state.search.needs_compaction:
@@ -469,9 +479,11 @@ class Engine:
     def _compact_when_due(self) -> None:
         with self._lock:
             self._compact_timer, self._compacting = None, True
+            due = self._compact_due
+        overdue = due is not None and time.monotonic() - due >= COMPACT_MAX_WAIT_S
         done = False
         try:
-            done = self.compact()
+            done = self.compact(exclusive=overdue)
         except Exception:  # noqa: BLE001 - the live indexes keep serving; the next edit tries again
             log.exception("compacting the full-text indexes failed")
         finally:

@@ -59,3 +59,24 @@ def test_a_closed_engine_schedules_no_compaction(store):
     engine.refresh([str(memory)])
     time.sleep(0.3)
     assert engine.stats.compactions == 0
+
+
+def test_an_edit_in_a_warehouse_datasource_does_not_rebuild_every_index(store, monkeypatch):
+    from slayer_lsp.search import indexes
+
+    engine = Engine(store, compact_after_s=3600.0)
+    engine.refresh()
+    engine.state.search.warm_datasources(engine.catalog)
+    memory = store / "memories/3.md"
+    memory.write_text(memory.read_text().replace("Chicago", "Zebracorn City"))
+    engine.refresh([str(memory)])
+    search = engine.state.search
+    touched = [view for view in search.by_datasource.values() if view.deletions]
+    assert touched and search.needs_compaction  # a small store compacts after any edit
+    # the same store counted as a warehouse (its datasource indexes stay under the "small" size):
+    # one replaced document in 1/2 of an index is not worth rebuilding them all
+    monkeypatch.setattr(indexes, "COMPACT_EVERY_CHANGE_UP_TO", len(search.fulltext) - 1)
+    monkeypatch.setattr(indexes, "COMPACT_DIVISOR", 2)
+    assert all(len(view) < len(search.fulltext) - 1 for view in touched)
+    assert not search.needs_compaction
+    engine.close()

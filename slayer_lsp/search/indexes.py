@@ -215,16 +215,19 @@ class SearchIndexes:
     def needs_compaction(self) -> bool:
         """Replaced or deleted documents linger in tantivy's BM25 statistics, so scores drift a
         little from a fresh build until the index is rebuilt."""
+        # a compaction rebuilds every index, so the whole store's size sets the policy: a warehouse's
+        # datasource index is small, but one edit to it must not cost a 27 s rebuild of them all
+        small = len(self.fulltext) <= COMPACT_EVERY_CHANGE_UP_TO
         stale = any(
-            _worth_rebuilding(ix.deletions, len(ix)) for ix in (self.fulltext, *self.by_datasource.values())
+            _worth_rebuilding(ix.deletions, len(ix), small)
+            for ix in (self.fulltext, *self.by_datasource.values())
         )
         pieces = self._lazy.peek("pieces")
-        stale = stale or bool(pieces is not None and _worth_rebuilding(pieces.deletions, len(pieces)))
+        stale = stale or bool(pieces is not None and _worth_rebuilding(pieces.deletions, len(pieces), small))
         # a long-lived engine moves its live index into memory (edits then commit without an fsync)
         # at the first compaction, but never rebuilds a warehouse index for that alone: at 10,000
         # models it took 27 s of CPU beside the first requests and 700 MiB more at its peak, where an
         # edit committed to the on-disk index costs an fsync
-        small = len(self.fulltext) <= COMPACT_EVERY_CHANGE_UP_TO
         return stale or (self.ram_live and self.fulltext.path is not None and small)
 
     def rebuilt(self, catalog: Catalog) -> SearchIndexes:
@@ -458,7 +461,9 @@ COMPACT_EVERY_CHANGE_UP_TO = 50_000
 COMPACT_DIVISOR = 200
 
 
-def _worth_rebuilding(deletions: int, size: int) -> bool:
-    if size <= COMPACT_EVERY_CHANGE_UP_TO:
+def _worth_rebuilding(deletions: int, size: int, small_store: bool) -> bool:
+    """Whether an index of ``size`` documents with ``deletions`` replaced ones is worth a rebuild
+    (``small_store``: the whole store's index has at most COMPACT_EVERY_CHANGE_UP_TO documents)."""
+    if small_store:
         return deletions > 0
     return deletions * COMPACT_DIVISOR >= size
