@@ -45,6 +45,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from slayer_lsp.catalog import Catalog
@@ -130,6 +131,7 @@ class _Scores:
     own: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     table: dict[str, float] = field(default_factory=dict)
     datasource: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    leaves: dict[str, list[str]] = field(default_factory=dict)  # table -> its leaves scored (by _route)
 
 
 def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchHit]:
@@ -149,7 +151,7 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     _route(sc)
     lent = _memory_evidence(catalog, mem_own, sc, allowed)
     if lent:
-        _route(sc)
+        _route(sc, {tag for tags in lent.values() for tag in tags})
 
     final: dict[str, float] = {}
     tables, dss = sc.table, sc.datasource
@@ -287,7 +289,10 @@ def _memory_own(
     asked = name_stems.stems(req.question or "") if req.has_question else []
     terms = indexes.memory_terms_for(catalog)
     coverage = terms.coverage(asked, ids) if asked else {}
-    long_notes = {m.memory_id for m in matches if len(_learning(catalog, m.memory_id)) >= LONG_MEMORY_CHARS}
+    memories = catalog.memories
+    long_notes = {
+        mid for mid in ids if mid in memories and len(memories[mid].learning or "") >= LONG_MEMORY_CHARS
+    }
     for m in matches:  # a long note holds several ideas: the piece that matched counts by itself
         if asked and m.piece and m.memory_id in long_notes:
             coverage[m.memory_id] = max(coverage.get(m.memory_id, 0.0), terms.text_coverage(asked, m.piece))
@@ -307,14 +312,9 @@ def _memory_own(
             score += W_KEYWORD
         if "tags" in m.channels:
             score += W_TAGS
-        mem = catalog.memory(mid)
+        mem = memories.get(mid)
         own[mid] = score * (recency_factor(mem.created_at, now) if mem is not None else 1.0)
     return own
-
-
-def _learning(catalog: Catalog, memory_id: str) -> str:
-    mem = catalog.memory(memory_id)
-    return (mem.learning or "") if mem is not None else ""
 
 
 def memory_strength(whole: float, piece: float, cosine: float, coverage: float) -> float:
@@ -477,25 +477,55 @@ def _memory_evidence(
     return lent
 
 
-def _route(sc: _Scores) -> None:
-    """Table and datasource scores from the leaves' own scores (and the tables' own documents)."""
-    leaves: dict[str, list[float]] = defaultdict(list)
-    tables: set[str] = set()
-    for cid, own in sc.own.items():
-        parent = parent_of(cid)
-        if parent is None:
-            continue  # a datasource
-        if is_model_id(cid):
-            tables.add(cid)
-        else:
-            leaves[parent].append(own)
-    for table in sorted(tables.union(leaves)):  # sorted: float sums never follow the hash seed
-        best = sorted(leaves.get(table, ()), reverse=True)[:TABLE_LEAVES]
-        sc.table[table] = sum(best) / TABLE_LEAVES + 0.5 * sc.own.get(table, 0.0)
-    for table, score in sc.table.items():
-        ds = datasource_of(table)
+def _route(sc: _Scores, changed: set[str] | None = None) -> None:
+    """Table and datasource scores from the leaves' own scores (and the tables' own documents).
+    ``changed``: the ids whose own score rose since the last call; only their tables are scored
+    again (own scores only rise, so a datasource keeps the best of its old and new tables)."""
+    if changed is None:
+        members: dict[str, list[str]] = {}
+        tables: set[str] = set()
+        for cid in sc.own:
+            parent, is_model = _placement(cid)
+            if parent is None:
+                continue  # a datasource
+            if is_model:
+                tables.add(cid)
+            else:
+                members.setdefault(parent, []).append(cid)
+        sc.leaves = members
+        todo = tables.union(members)
+    else:
+        members, todo = sc.leaves, set()
+        for cid in changed:
+            parent = parent_of(cid)
+            if parent is None:
+                continue
+            if is_model_id(cid):
+                todo.add(cid)
+            else:
+                todo.add(parent)
+                group = members.setdefault(parent, [])
+                if cid not in group:
+                    group.append(cid)
+    own = sc.own
+    for table in sorted(todo):  # sorted: float sums never follow the hash seed
+        scores = [own[c] for c in members.get(table, ())]
+        best = (
+            sorted(scores, reverse=True)
+            if len(scores) <= TABLE_LEAVES
+            else heapq.nlargest(TABLE_LEAVES, scores)
+        )
+        sc.table[table] = sum(best) / TABLE_LEAVES + 0.5 * own.get(table, 0.0)
+    for table in todo:
+        score, ds = sc.table[table], datasource_of(table)
         if score > sc.datasource[ds]:
             sc.datasource[ds] = score
+
+
+@lru_cache(maxsize=1 << 16)
+def _placement(cid: str) -> tuple[str | None, bool]:
+    """An id's parent, and whether it is a model's (a table of its own)."""
+    return parent_of(cid), is_model_id(cid)
 
 
 def _memory_routing(
@@ -506,36 +536,39 @@ def _memory_routing(
     is general knowledge that applies wherever the question is routed — in proportion to ``share``,
     how it matches the question against the best memory (nothing ties it to the tables there).
     ``routed``: the best table's and the best datasource's scores of the question."""
-    mem = catalog.memory(mid)
+    mem = catalog.memories.get(mid)
     if mem is None:
         return 0.0
+    places = _tag_places(tuple(mem.entities))
+    if not places:
+        return W_TABLE * (share * routed[0]) + W_DATASOURCE * (share * routed[1])
     table = ds = 0.0
-    tagged = False
-    for tag in mem.entities:
-        if is_memory_ref(tag):
-            continue
-        tagged = True
-        ds = max(ds, sc.datasource.get(datasource_of(tag), 0.0))
-        model = model_of(tag)
-        if model is not None:
-            table = max(table, sc.table.get(model, 0.0))
-        else:
-            table = max(
-                table, sc.datasource.get(datasource_of(tag), 0.0)
-            )  # a datasource scores its best table
-    if not tagged:
-        table, ds = share * routed[0], share * routed[1]
+    datasources, tables = sc.datasource, sc.table
+    for datasource, model in places:
+        ds_score = datasources.get(datasource, 0.0)
+        ds = max(ds, ds_score)
+        # a tag of a datasource scores its best table
+        table = max(table, tables.get(model, 0.0) if model is not None else ds_score)
     return W_TABLE * table + W_DATASOURCE * ds
+
+
+@lru_cache(maxsize=1 << 14)
+def _tag_places(tags: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    """(datasource, model or None) of each entity tag of a memory (memory links are not places)."""
+    return tuple((datasource_of(t), model_of(t)) for t in tags if not is_memory_ref(t))
 
 
 def _complete_joins(
     catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final: dict[str, float], allowed: _Allowed
 ) -> None:
-    leaves = heapq.nlargest(
-        JOIN_AFTER,
-        (c for c in final if is_leaf_id(c) and catalog.kind_of(c) in LEAF_KINDS),
-        key=lambda c: (final[c], c),
-    )
+    ranked = heapq.nlargest(JOIN_AFTER, [(score, c) for c, score in final.items() if is_leaf_id(c)])
+    leaves = [c for _, c in ranked]
+    if any(catalog.kind_of(c) not in LEAF_KINDS for c in leaves):  # an id of no known kind: never seen
+        leaves = heapq.nlargest(
+            JOIN_AFTER,
+            (c for c in final if is_leaf_id(c) and catalog.kind_of(c) in LEAF_KINDS),
+            key=lambda c: (final[c], c),
+        )
     if not leaves:
         return
     best_ds = datasource_of(leaves[0])

@@ -11,6 +11,7 @@ import math
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TypeVar
 
 import numpy as np
@@ -24,6 +25,7 @@ from slayer_lsp.search.persistent import Moves, moved, note
 
 LEAF_KINDS = ("column", "measure", "aggregation")
 _V = TypeVar("_V")
+_score_then_id = itemgetter(1, 0)
 MAX_POSTINGS = 20000  # a stem in more names than this says nothing (its idf is ~0): skipped
 
 
@@ -150,22 +152,32 @@ class Lexicon:
         if not arrays:
             return {}
         hit = np.concatenate(arrays)
-        found, where = np.unique(hit, return_inverse=True)
-        # bincount adds in input order (stem by stem, as sorted): the same float sums as adding
-        # each stem's idf to each of its ids in turn
-        sums = np.bincount(where, weights=np.repeat(weights, [len(a) for a in arrays]))
+        spread = np.repeat(weights, [len(a) for a in arrays])
+        # bincount adds in input order (stem by stem, as sorted): the same float sums as adding each
+        # stem's idf to each of its ids in turn. Over few hits the ids are made dense first (a sort);
+        # over many, the sums are laid out over every number at once (no sort). Every idf is > 0,
+        # so the ids found are those with a sum.
+        if len(hit) * 16 < len(self.numbers.names):
+            found, where = np.unique(hit, return_inverse=True)
+            sums = np.bincount(where, weights=spread)
+        else:
+            sums = np.bincount(hit, weights=spread)
+            found = np.flatnonzero(sums)
+            sums = sums[found]
         damped = sums / (1 + 0.1 * self.lengths[found])
+        names = self.numbers.names
         if len(found) > limit:
             floor = np.partition(damped, len(damped) - limit)[len(damped) - limit]
-            keep = damped >= floor  # every tie of the last place, for the exact order below
-            found, damped = found[keep], damped[keep]
-        names = self.numbers.names
-        best = heapq.nlargest(
-            limit,
-            zip((names[i] for i in found.tolist()), damped.tolist(), strict=True),
-            key=lambda kv: (kv[1], kv[0]),
-        )
-        return dict(best)
+            above = np.flatnonzero(damped > floor)
+            ties = np.flatnonzero(damped == floor)  # the last places go to the larger ids
+            chosen = [names[i] for i in found[ties].tolist()]
+            kept = heapq.nlargest(limit - len(above), chosen)
+            pairs = list(zip((names[i] for i in found[above].tolist()), damped[above].tolist(), strict=True))
+            pairs += [(name, float(floor)) for name in kept]
+        else:
+            pairs = list(zip((names[i] for i in found.tolist()), damped.tolist(), strict=True))
+        pairs.sort(key=_score_then_id, reverse=True)
+        return dict(pairs)
 
     def value_matches(self, question: str, allow=None) -> set[str]:  # noqa: ANN001
         """Columns one of whose sampled values the question names."""

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of
 from slayer_lsp.search.name_stems import stems
+
+_UNSET: Any = object()
+_MAX_WEIGHTED = 4096  # memories whose weights a snapshot keeps (the rest are weighed per search)
 
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog, Delta
@@ -36,6 +39,9 @@ def memory_stems(memory: d.Memory) -> frozenset[str]:
 class MemoryTerms:
     by_memory: Mapping[str, frozenset[str]]
     doc_freq: Mapping[str, int]
+    _weights: dict[str, tuple[float, dict[str, float]] | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )  # memory id -> its IDF total and term IDFs, filled by the searches of this snapshot
 
     @classmethod
     def build(cls, catalog: Catalog) -> MemoryTerms:
@@ -81,20 +87,37 @@ class MemoryTerms:
         """Per memory: the IDF-weighted share of its stems that the question holds (0 for a memory
         without prose or unknown here)."""
         asked = frozenset(question_stems)
-        weight: dict[str, float] = {}
         out: dict[str, float] = {}
         for mid in memory_ids:
-            terms = self.by_memory.get(mid)
-            if not terms:
+            weighted = self._weighted(mid)
+            if weighted is None:
                 out[mid] = 0.0
                 continue
-            total = shared = 0.0
-            for t in terms:
-                w = weight.get(t)
-                if w is None:
-                    w = weight[t] = self.idf(t)
-                total += w
-                if t in asked:
-                    shared += w
-            out[mid] = shared / total if total else 0.0
+            total, weights = weighted
+            if total:
+                shared = 0.0  # summed in the memory's own term order: the same float every time
+                for t, w in weights.items():
+                    if t in asked:
+                        shared += w
+                out[mid] = shared / total
+            else:
+                out[mid] = 0.0
         return out
+
+    def _weighted(self, mid: str) -> tuple[float, dict[str, float]] | None:
+        """A memory's total IDF and its terms' IDFs (computed once per snapshot: a search weighs a
+        hundred memories, and the next search mostly the same ones)."""
+        cached = self._weights.get(mid, _UNSET)
+        if cached is not _UNSET:
+            return cached
+        terms = self.by_memory.get(mid)
+        value = None
+        if terms:
+            weights = {t: self.idf(t) for t in terms}
+            total = 0.0
+            for w in weights.values():
+                total += w
+            value = (total, weights)
+        if len(self._weights) < _MAX_WEIGHTED:
+            self._weights[mid] = value
+        return value

@@ -79,5 +79,16 @@ def staleness(days: float) -> float:
 
 def recency_factor(created_at: object, now: datetime) -> float:
     """The multiplicative factor in [1 - EPSILON, 1] for a memory created at ``created_at``."""
+    if isinstance(created_at, str):
+        return _text_factor(created_at, now)
+    return _factor(created_at, now)
+
+
+@lru_cache(maxsize=65536)  # a search weighs a few hundred memories, the same ones again and again
+def _text_factor(created_at: str, now: datetime) -> float:
+    return _factor(created_at, now)
+
+
+def _factor(created_at: object, now: datetime) -> float:
     days = age_days(created_at, now)
     return 1.0 if days is None else 1.0 - EPSILON * staleness(days)
