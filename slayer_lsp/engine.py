@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
-from slayer_lsp import allocator
+from slayer_lsp import allocator, collector
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.reach.reachable import Reach
 from slayer_lsp.reach.scope import Scope
@@ -81,8 +81,11 @@ class _BuildWithoutGc:
         with self._lock:
             self._depth -= 1
             if self._depth == 0:
-                gc.collect()  # the cycles of the build, before what lives on is frozen
-                gc.freeze()  # out of every later pass: those walk only what changed since
+                # out of every later pass at once (those walk only what changed since): the young
+                # generation is the whole build, and a pass over it would stall the next request;
+                # the build's own cycles are collected at the server's next idle moment
+                gc.freeze()
+                collector.settle()
                 if self._was_enabled:
                     gc.enable()
 

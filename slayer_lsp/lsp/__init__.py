@@ -46,8 +46,10 @@ def serve(argv: list[str] | None = None) -> int:
     stdout is handed to the transport and ``sys.stdout`` is pointed at stderr for stray prints."""
     args = build_parser().parse_args(argv)
     from slayer_lsp import allocator
+    from slayer_lsp.collector import IdleCollector
 
     allocator.tune()  # a long-lived process: before any thread has an arena
+    collector = IdleCollector()  # full GC passes between requests, not inside them
     if not logging.getLogger().handlers:
         logging.basicConfig(
             stream=sys.stderr, level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -63,9 +65,11 @@ def serve(argv: list[str] | None = None) -> int:
     server.cli_storage = args.storage
     wire = sys.stdout.buffer
     sys.stdout = sys.stderr
+    collector.start()
     try:
-        server.start_io(sys.stdin.buffer, wire)
+        server.start_io(sys.stdin.buffer, wire, on_frame=collector.touch)
     finally:
+        collector.stop()
         if server.watcher is not None:
             server.watcher.stop(timeout=1.0)
         server.close_engines()  # an exit without shutdown still saves the caches

@@ -130,7 +130,9 @@ class SlayerLanguageServer(LanguageServer):
 
     # ------------------------------------------------------------------ transport
 
-    def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
+    def start_io(
+        self, stdin: Any = None, stdout: Any = None, on_frame: Callable[[], None] | None = None
+    ) -> None:
         """pygls' stdio server, on the bounded framing of ``slayer_lsp.lsp.transport``."""
         import sys
 
@@ -142,7 +144,7 @@ class SlayerLanguageServer(LanguageServer):
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
         code: Any = 0
         try:
-            asyncio.run(serve_stream(self, stdin or sys.stdin.buffer))
+            asyncio.run(serve_stream(self, stdin or sys.stdin.buffer, on_frame))
         except BrokenPipeError:
             log.error("the client closed the connection; shutting down")
         except KeyboardInterrupt:

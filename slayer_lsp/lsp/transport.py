@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -93,9 +94,10 @@ class FrameReader:
         return True
 
 
-async def serve_stream(server: Any, stdin: BinaryIO) -> None:
+async def serve_stream(server: Any, stdin: BinaryIO, on_frame: Callable[[], None] | None = None) -> None:
     """Read frames from ``stdin`` and hand each decoded message to ``server.protocol`` until the input
-    ends or the server is stopped. The protocol's writer must be set already."""
+    ends or the server is stopped. The protocol's writer must be set already; ``on_frame`` is told
+    of every frame as it arrives (the idle collector's clock)."""
     loop = asyncio.get_running_loop()
     reader = FrameReader(stdin)
     protocol = server.protocol
@@ -105,6 +107,8 @@ async def serve_stream(server: Any, stdin: BinaryIO) -> None:
         if frame is None:
             log.info("end of input: the client closed the connection")
             break
+        if on_frame is not None:
+            on_frame()
         if frame.body is None:
             parse_error(protocol, frame.problem or "unreadable frame")
             continue

@@ -17,11 +17,18 @@ def serve(
     import anyio
 
     from slayer_lsp import allocator
+    from slayer_lsp.collector import IdleCollector
 
     allocator.tune()  # a long-lived process: before any thread has an arena
 
     from slayer_lsp.mcp.server import McpApp, run_stdio
 
     app = McpApp(storage, scope, dense=dense, embedding_model=embedding_model, switch_model=switch_model)
-    anyio.run(run_stdio, app)
+    collector = IdleCollector()  # full GC passes between requests, not inside them
+    app.on_request = collector.touch
+    collector.start()
+    try:
+        anyio.run(run_stdio, app)
+    finally:
+        collector.stop()
     return 0

@@ -23,7 +23,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -77,6 +77,8 @@ class McpApp:
     ) -> None:
         from slayer_lsp.engine import Engine
         from slayer_lsp.reach.scope import Scope
+
+        self.on_request: Callable[[], None] = _nothing  # the idle collector's clock (``serve``)
 
         self.scope = scope or Scope()
         self.engine: Any = None
@@ -233,6 +235,7 @@ class McpApp:
         return types.ListToolsResult(tools=self._tools)
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        self.on_request()
         spec = mt.TOOLS_BY_NAME.get(params.name)
         if spec is None:
             raise MCPError(
@@ -286,6 +289,7 @@ class McpApp:
     async def read_resource(
         self, ctx: Any, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
+        self.on_request()
         engine = await self._engine_or_error(ctx)
         text = await asyncio.to_thread(res.read, engine.catalog, params.uri)
         if text is None:
@@ -479,6 +483,10 @@ def _log_failure(future: concurrent.futures.Future[None]) -> None:
     """Log an announcement that failed (nobody awaits it)."""
     if future.exception():
         log.error("announcing a change failed: %s", future.exception())
+
+
+def _nothing() -> None:
+    return None
 
 
 def build_server(app: McpApp) -> Server[Any]:
