@@ -1228,3 +1228,23 @@ def test_a_published_view_never_changes_under_later_writes():
         } and got.ranked == want.ranked
         for kind, pairs in got.by_kind.items():
             assert [s for _, s in pairs] == pytest.approx([s for _, s in want.by_kind[kind]], abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_index_top_k_of_one_kind_embedded_together_matches_brute_force(seed):
+    """Rows of one kind lying together are scanned in place, one kind scattered among others is
+    gathered: the same answers either way."""
+    rng = np.random.default_rng(seed)
+    layout = ["memory"] * 120 + ["column"] * 150 + ["model"] * 30  # the worker embeds kind by kind
+    ids = [f"ds.m{i // 10}.c{i}" for i in range(len(layout))]
+    mat = rng.standard_normal((len(ids), 16)).astype(np.float32)
+    index = VectorIndex("m")
+    index.upsert_many(ids, layout, mat)
+    for i in rng.choice(len(ids), 12, replace=False):  # some rows re-embedded: they move to the end
+        mat[i] = rng.standard_normal(16)
+        index.upsert(ids[i], layout[i], mat[i])
+    q = rng.standard_normal(16).astype(np.float32)
+    for want in ({"memory"}, {"model"}, {"column"}, {"memory", "model"}):
+        expected = _brute(ids, layout, mat, q, 9, None, want)
+        hits = index.top_k(q, 9, kinds=want)
+        assert {kd: [c for c, _ in v] for kd, v in hits.by_kind.items()} == expected

@@ -207,10 +207,17 @@ class VectorView:
         mat = self.mat
         if rows is None:
             scores = mat[:n] @ unit
-        elif len(rows) * 4 >= n:  # most rows survive: one full scan beats gathering the matrix
-            scores = (mat[:n] @ unit)[rows]
+        elif not len(rows):
+            scores = np.empty(0, dtype=np.float32)
         else:
-            scores = mat[rows] @ unit
+            # rows of one kind lie mostly together (the worker embeds kind by kind): when they span
+            # at most twice their number, that span is scanned in place, else they are gathered
+            # (a copy of every row, then a second pass)
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
+            if hi - lo <= 2 * len(rows):
+                scores = (mat[lo:hi] @ unit)[rows - lo]
+            else:
+                scores = mat[rows] @ unit
         ids = self.ids
         by_kind: dict[str, list[tuple[str, float]]] = {}
         for code in np.unique(codes):
