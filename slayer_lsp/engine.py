@@ -92,6 +92,31 @@ class _BuildWithoutGc:
 
 _BUILDING = _BuildWithoutGc()
 
+WARM_YIELD_MAX_S = 5.0  # the longest the warm-up waits for searches to pause before it goes on
+
+
+class SearchesInFlight:
+    """How many searches run now. The warm-up (a datasource index at a time, pure Python under the
+    interpreter lock) waits for a pause in them before each step: run side by side, a search would
+    take twice its time while the warm-up holds the lock half of it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._count -= 1
+
+    def wait_idle(self, limit_s: float = WARM_YIELD_MAX_S) -> None:
+        deadline = time.monotonic() + limit_s
+        while self._count and time.monotonic() < deadline:
+            time.sleep(0.002)
+
 
 class Engine:
     def __init__(
@@ -142,6 +167,7 @@ class Engine:
         self._compact_due: float | None = None  # monotonic time since when a compaction is wanted
         self._compacting = False  # a scheduled compaction is running
         self._closed = False
+        self.searches = SearchesInFlight()  # searches running now: the warm-up steps aside for them
 
     # ------------------------------------------------------------------ state
 
@@ -328,7 +354,7 @@ class Engine:
             # it (seconds at 10,000 models); on the newest state, whose successors carry them on
             t0, built = time.perf_counter(), 0
             while (state := self._state) is not None:
-                built += state.search.warm_datasources(state.catalog)
+                built += state.search.warm_datasources(state.catalog, before_each=self.searches.wait_idle)
                 if self._state is state:
                     break
             if built:
@@ -506,7 +532,8 @@ class Engine:
 
         p = params if isinstance(params, SearchParams) else parse_params(params)
         state = self.state
-        return search(state.catalog, state.search, p, cancel)
+        with self.searches:
+            return search(state.catalog, state.search, p, cancel)
 
     def abort_queries(self) -> None:
         """Stop a running cypher_filter now (its process is killed), without waiting for any lock:

@@ -298,15 +298,18 @@ class SearchIndexes:
             lambda: FullTextIndex(self._docs_by_datasource(catalog).get(datasource, ())).view(),
         )
 
-    def warm_datasources(self, catalog: Catalog) -> int:
+    def warm_datasources(self, catalog: Catalog, before_each: Callable[[], None] | None = None) -> int:
         """Build the full-text index of every datasource this generation lacks (run off the request
         path after start-up, so the first question scoped to a datasource does not build one);
-        returns how many were built."""
+        returns how many were built. ``before_each`` runs before each build (it may wait)."""
         built = 0
         for ds in sorted(catalog.datasources):
             if self._lazy.peek(("fulltext", ds)) is None:
-                self.fulltext_for(catalog, ds)
-                built += 1
+                if before_each is not None:
+                    before_each()
+                if self._lazy.peek(("fulltext", ds)) is None:  # a search may have built it meanwhile
+                    self.fulltext_for(catalog, ds)
+                    built += 1
         return built
 
     def _docs_by_datasource(self, catalog: Catalog) -> dict[str, list[render.RenderedDoc]]:
