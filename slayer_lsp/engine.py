@@ -393,6 +393,7 @@ class Engine:
                 switch_model=self._switch_model,
                 parts=parts,
                 config=config,
+                before_job=self.searches.wait_idle,
             )
             if self._dense_mode == "stored":
                 worker.wait_idle(timeout=60)  # the stored vectors, loaded once

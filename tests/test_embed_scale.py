@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 import sys
 import threading
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -332,3 +333,33 @@ def test_embed_command_draws_progress_and_reports_the_parts(store):
     n = len(load_catalog(store).searchable_ids())
     assert f"entities {n}/{n}" in err.getvalue() and "100%" in err.getvalue() and "texts/s" in err.getvalue()
     assert "part vectors (facets):" in out.getvalue()
+
+
+# --------------------------------------------------------------------------- searches first
+
+
+def test_the_worker_waits_before_each_batch_while_the_hook_holds_it(tmp_path):
+    """The engine hands the worker its wait for a pause in the searches: no batch starts while a
+    search runs (a batch's Python steps share the interpreter lock with it)."""
+    gate = threading.Event()
+    waits: list[float] = []
+
+    def before_job() -> None:
+        waits.append(time.monotonic())
+        gate.wait(5.0)
+
+    provider = FakeProvider(dim=8)
+    with EmbeddingWorker(
+        tmp_path,
+        provider,
+        store=MemoryStore(),
+        config=WorkerConfig(entities=replace(FAST, window=2, batch_size=2), nice=0),
+        before_job=before_job,
+    ) as w:
+        w.enqueue_many(EmbedItem(f"ds.m.c{i}", "column", f"text {i}") for i in range(6))
+        time.sleep(0.3)
+        assert waits and not provider.batches  # held at the first batch
+        gate.set()
+        assert w.wait_idle(WAIT)
+        assert sorted(t for batch in provider.batches for t in batch) == [f"text {i}" for i in range(6)]
+        assert len(waits) >= 3  # asked before every batch of two

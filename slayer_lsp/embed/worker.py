@@ -107,6 +107,7 @@ class EmbeddingWorker:
         parts: PartVectors | None = None,
         switch_model: bool = False,
         start: bool = True,
+        before_job: Callable[[], None] | None = None,
     ) -> None:
         if store is None:
             if location is None:
@@ -132,6 +133,9 @@ class EmbeddingWorker:
             # a part whose text an entity has (a memory's meaning is its text) takes that vector
             self.parts.reuse_from = (self.entities.index,)
         self._stop = False
+        # run before each batch, outside every lock: the engine's wait for a pause in the searches
+        # (a batch's tokenizing and writing are Python, under the lock a search needs)
+        self._before_job = before_job
         self._query_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._thread: threading.Thread | None = None
         if start:
@@ -336,6 +340,8 @@ class EmbeddingWorker:
                     continue
                 lane.busy = True
             try:
+                if self._before_job is not None and job != _START:
+                    self._before_job()
                 if job == _START:
                     # parts start once the entities are done: search's own channel first, and a
                     # memory's meaning then takes its entity vector instead of a second embedding;
