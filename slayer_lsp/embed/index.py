@@ -28,8 +28,9 @@ import numpy as np
 from slayer_lsp.catalog.numbering import Numbering
 
 _MIN_CAPACITY = 64
-_ALLOW_CACHE = 8
+_ALLOW_CACHE = 32  # allowed sets whose rows a view keeps (a scope per datasource: warehouses have 20)
 _DEAD = -1  # the kind code of a row that was replaced or removed
+_first, _second = operator.itemgetter(0), operator.itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,17 +221,17 @@ class VectorView:
                 scores = mat[rows] @ unit
         ids = self.ids
         by_kind: dict[str, list[tuple[str, float]]] = {}
-        for code in np.unique(codes):
+        counts = np.bincount(codes.astype(np.intp)) if len(codes) else np.zeros(0, dtype=np.intp)
+        for code in np.flatnonzero(counts).tolist():
             sel = np.nonzero(codes == code)[0]
             sub = scores[sel]
             take = min(k, len(sel))
             top = np.argpartition(-sub, take - 1)[:take] if take < len(sel) else np.arange(len(sel))
             where = sel[top] if rows is None else rows[sel[top]]
-            pairs = sorted(
-                ((ids[int(p)], float(s)) for p, s in zip(where, sub[top], strict=True)),
-                key=lambda t: (-t[1], t[0]),
-            )
-            by_kind[self.kind_names[int(code)]] = pairs
+            pairs = [(ids[p], s) for p, s in zip(where.tolist(), sub[top].tolist(), strict=True)]
+            pairs.sort(key=_first)  # ties (identical texts have identical vectors) by id,
+            pairs.sort(key=_second, reverse=True)  # best first: a stable sort keeps that order
+            by_kind[self.kind_names[code]] = pairs
         return DenseHits(by_kind, int(len(codes)))
 
 

@@ -303,6 +303,7 @@ class SearchIndexes:
         path after start-up, so the first question scoped to a datasource does not build one);
         returns how many were built. ``before_each`` runs before each build (it may wait)."""
         built = 0
+        self._scope_ids(catalog)  # what a scoped dense channel restricts its rows to
         for ds in sorted(catalog.datasources):
             if self._lazy.peek(("fulltext", ds)) is None:
                 if before_each is not None:
@@ -387,12 +388,20 @@ class SearchIndexes:
     def scope_ids(self, catalog: Catalog, datasource: str) -> frozenset[str]:
         """Every searchable id in one datasource's filtered corpus (kept as one frozenset so the
         vector index caches its row positions)."""
-        return self._cached(
-            ("scope", datasource),
-            lambda: frozenset(
-                cid for cid in catalog.searchable_ids() if datasource in scope.doc_scopes(catalog, cid)
-            ),
-        )
+        return self._scope_ids(catalog).get(datasource, frozenset())
+
+    def _scope_ids(self, catalog: Catalog) -> dict[str, frozenset[str]]:
+        """Every datasource's filtered corpus, in one pass over the searchable ids (one pass per
+        datasource cost ~50 ms each at 1,000 models, in its first scoped search)."""
+
+        def group() -> dict[str, frozenset[str]]:
+            out: dict[str, list[str]] = {}
+            for cid in catalog.searchable_ids():
+                for ds in scope.doc_scopes(catalog, cid):
+                    out.setdefault(ds, []).append(cid)
+            return {ds: frozenset(ids) for ds, ids in out.items()}
+
+        return self._lazy.get("scope ids", group)
 
     def tag_corpus(self, catalog: Catalog, datasource: str | None) -> TagCorpus:
         def build() -> TagCorpus:
