@@ -84,3 +84,27 @@ def test_a_search_is_counted_while_it_runs(engine, monkeypatch):
     t0 = time.monotonic()
     engine.searches.wait_idle(limit_s=0.2)
     assert time.monotonic() - t0 < 0.1  # and no longer once it returned
+
+
+def test_a_compaction_indexes_the_datasources_it_did_not_find(tmp_path, monkeypatch):
+    """A compaction rebuilds the datasource indexes its generation had; one that began before the
+    warm-up ended would leave the rest to the first scoped search of each (50 ms at 1,000 models)."""
+    from slayer_lsp.search.indexes import SearchIndexes
+
+    monkeypatch.setenv("SLAYER_LSP_CACHE", "off")
+    shutil.copytree(YAML_STORE, tmp_path / "store")
+    real = SearchIndexes.warm_datasources
+    monkeypatch.setattr(SearchIndexes, "warm_datasources", lambda self, catalog, before_each=None: 0)
+    engine = Engine(tmp_path / "store", compact_after_s=3600.0)
+    try:
+        engine.refresh()
+        time.sleep(0.3)  # the start-up warm-up has run, without the datasources
+        assert not engine.state.search.by_datasource
+        monkeypatch.setattr(SearchIndexes, "warm_datasources", real)
+        memory = tmp_path / "store/memories/3.md"
+        memory.write_text(memory.read_text().replace("Chicago", "Zebracorn City"))
+        engine.refresh([str(memory)])
+        assert engine.state.search.needs_compaction and engine.compact()
+        assert set(engine.state.search.by_datasource) == set(engine.catalog.datasources)
+    finally:
+        engine.close()
