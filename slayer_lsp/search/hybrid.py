@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -374,6 +374,12 @@ class _Allowed:
             return False
         return cid in self.docs
 
+    def entity_test(self) -> Callable[[str], bool]:
+        """``entity`` as the cheapest callable that answers the same (a hot loop's)."""
+        if self.ids is None and self.ds is None:
+            return self.docs.__contains__
+        return self.entity
+
     def memory(self, mid: str) -> bool:
         return self.memories_on and mid in self.memory_ids
 
@@ -402,10 +408,12 @@ def _question_evidence(
     query = index.parse(question)
     ent_allow = frozenset(c for c in req.candidate_ids if not is_memory_ref(c)) if req.candidate_ids else None
     text = index.search(query, memories=False, limit=CANDIDATES, allow=ent_allow) if query is not None else []
+    entity_ok = allowed.entity_test()
+    own = sc.own
     best = max((h.score for h in text), default=0.0) or 1.0
     for h in text:
-        if allowed.entity(h.canonical):
-            sc.own[h.canonical] += W_TEXT * h.score / best
+        if entity_ok(h.canonical):
+            own[h.canonical] += W_TEXT * h.score / best
     for cid in index.exact_ids(question):  # a canonical id written in the question
         if not is_memory_ref(cid) and allowed.entity(cid):
             sc.own[cid] += W_TEXT * 2
@@ -430,8 +438,8 @@ def _question_evidence(
                 )
                 continue
             for cid, cos in ranked:
-                if allowed.entity(cid):
-                    sc.own[cid] += W_DENSE * max(cos, 0.0)
+                if entity_ok(cid):
+                    own[cid] += W_DENSE * max(cos, 0.0)
 
     lexicon = indexes.lexicon_for(catalog)
     q_stems = name_stems.stems(question)
@@ -439,7 +447,7 @@ def _question_evidence(
     leaf_best = max((s for c, s in by_name.items() if is_leaf_id(c)), default=0.0) or 1.0
     model_best = max((s for c, s in by_name.items() if is_model_id(c)), default=0.0) or 1.0
     for cid, s in by_name.items():
-        if allowed.entity(cid):
+        if entity_ok(cid):
             is_model = is_model_id(cid)
             sc.own[cid] += (W_TABLE_NAME / model_best if is_model else W_NAME / leaf_best) * s
     for cid in sorted(lexicon.value_matches(question)):
