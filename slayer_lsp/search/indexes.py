@@ -109,6 +109,7 @@ class SearchIndexes:
     dense: EmbeddingWorker | None = None  # channel 3
     _graph_pending: frozenset[str] = frozenset()  # ids touched since the graph was last brought up to date
     ram_live: bool = False  # a long-lived engine keeps the live full-text index in memory (see rebuilt)
+    edited: bool = False  # derived from a change since the index was opened or rebuilt
     _lazy: _Lazy = field(default_factory=_Lazy)
     # the graph (a process of its own) is shared by the generations of one engine: its lock is too
     _graph_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -207,6 +208,7 @@ class SearchIndexes:
             dense=self.dense,
             _graph_pending=frozenset(pending),
             ram_live=self.ram_live,
+            edited=self.edited or bool(removals or upserts),
             _lazy=_Lazy(seed),
             _graph_lock=self._graph_lock,
         )
@@ -225,10 +227,11 @@ class SearchIndexes:
         pieces = self._lazy.peek("pieces")
         stale = stale or bool(pieces is not None and _worth_rebuilding(pieces.deletions, len(pieces), small))
         # a long-lived engine moves its live index into memory (edits then commit without an fsync)
-        # at the first compaction, but never rebuilds a warehouse index for that alone: at 10,000
-        # models it took 27 s of CPU beside the first requests and 700 MiB more at its peak, where an
-        # edit committed to the on-disk index costs an fsync
-        return stale or (self.ram_live and self.fulltext.path is not None and small)
+        # once an edit came, but never rebuilds a warehouse index for that alone: at 10,000 models it
+        # took 27 s of CPU beside the first requests and 700 MiB more at its peak, where an edit
+        # committed to the on-disk index costs an fsync. Not at start: a rebuild then (4 s at 1,000
+        # models) took the interpreter lock from the first searches for nothing yet
+        return stale or (self.ram_live and self.edited and self.fulltext.path is not None and small)
 
     def rebuilt(self, catalog: Catalog) -> SearchIndexes:
         """Fresh full-text indexes over the same documents (run off the request path). With
