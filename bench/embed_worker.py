@@ -15,8 +15,9 @@ both versions run in one process, back to back, on the same store's texts.
   every part is;
 * search load: ``Engine.search`` p50 (lexical channels, the daemon's code path) with no worker, with
   the old worker running (its defaults: onnxruntime's threads), with the new one (its defaults: one
-  thread, a nicer thread) and with the new one not stepping back (nice 0), phases interleaved. Do not pin this one to one core: a daemon has
-  the whole machine.
+  thread, a nicer thread, waiting before each batch for the searches to pause, as the engine has
+  it) and with the new one not stepping back (nice 0, no wait), phases interleaved. Do not pin this
+  one to one core: a daemon has the whole machine.
 """
 
 from __future__ import annotations
@@ -100,8 +101,11 @@ def start_before(rev: str, catalog: Any, tmp: Path, threads: int | None) -> Any:
     )
 
 
-def start_after(catalog: Any, tmp: Path, threads: int | None, nice: int | None = None) -> Any:
-    """The worker of this tree, as the engine builds it (``nice``: None keeps its default)."""
+def start_after(
+    catalog: Any, tmp: Path, threads: int | None, nice: int | None = None, before_job: Any = None
+) -> Any:
+    """The worker of this tree, as the engine builds it (``nice``: None keeps its default;
+    ``before_job``: the engine's wait for a pause in its searches)."""
     from slayer_lsp.embed.priority import RankedItems, RankedParts
     from slayer_lsp.embed.providers import MiniLMProvider
     from slayer_lsp.embed.worker import EmbeddingWorker, PartVectors, WorkerConfig
@@ -115,6 +119,7 @@ def start_after(catalog: Any, tmp: Path, threads: int | None, nice: int | None =
         config=config,
         items=lambda: RankedItems(catalog),
         parts=PartVectors(part_store, lambda: RankedParts(catalog)),
+        before_job=before_job,
     )
 
 
@@ -332,8 +337,8 @@ def search_load(size: str, rev: str, cycles: int, per_phase: int) -> None:
                 worker = None
                 if phase == "before":
                     worker = start_before(rev, catalog, Path(tmp), threads=None)  # its defaults
-                elif phase == "after":
-                    worker = start_after(catalog, Path(tmp), threads=1)  # its defaults
+                elif phase == "after":  # its defaults, and the engine's wait as the engine gives it
+                    worker = start_after(catalog, Path(tmp), threads=1, before_job=engine.searches.wait_idle)
                 elif phase == "after, nice 0":  # the same, not stepping back: what one thread alone does
                     worker = start_after(catalog, Path(tmp), threads=1, nice=0)
                 try:
