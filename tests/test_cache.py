@@ -215,6 +215,18 @@ def test_sqlite_restart_decodes_only_the_changed_row(tmp_path, monkeypatch):
     assert _answers(restarted) == _answers(Engine(db, use_cache=False))
 
 
+def _long_lived_after_a_first_run(store):
+    """A daemon's engine on a store whose cache a first run (closed since) has written."""
+    import gc
+
+    first = Engine(store)
+    first.refresh()
+    first.close()
+    del first
+    gc.collect()
+    return Engine(store, compact_after_s=0.05)
+
+
 def test_a_long_lived_engine_keeps_a_warehouse_index_on_disk(store, monkeypatch):
     """Moving the live index into memory means rebuilding it: done for a small store, never for a
     large one alone (27 s and 700 MiB at 10,000 models); its edits commit to the on-disk index."""
@@ -225,12 +237,7 @@ def test_a_long_lived_engine_keeps_a_warehouse_index_on_disk(store, monkeypatch)
 
     monkeypatch.setattr(indexes, "COMPACT_EVERY_CHANGE_UP_TO", 10)  # the example store counts as large
     monkeypatch.setattr(indexes, "COMPACT_DIVISOR", 1)  # ... and one edit is not worth a rebuild
-    first = Engine(store)
-    first.refresh()
-    first.close()
-    del first
-    gc.collect()
-    engine = Engine(store, compact_after_s=0.05)
+    engine = _long_lived_after_a_first_run(store)
     expected = _answers(engine)
     assert not engine.state.search.needs_compaction and engine.state.search.fulltext.path is not None
     mem = store / "memories/3.md"
@@ -256,15 +263,9 @@ def test_a_long_lived_engine_keeps_a_warehouse_index_on_disk(store, monkeypatch)
 def test_a_small_store_moves_its_index_into_memory_at_the_first_edit_not_at_start(store):
     """A restart reopens the on-disk index and serves from it: rebuilding it into memory right away
     (4 s at 1,000 models) took the interpreter lock from the first searches. The first edit moves it."""
-    import gc
     import time
 
-    first = Engine(store)
-    first.refresh()
-    first.close()
-    del first
-    gc.collect()
-    engine = Engine(store, compact_after_s=0.05)
+    engine = _long_lived_after_a_first_run(store)
     expected = _answers(engine)
     time.sleep(0.3)  # a compaction, if one were due, would have run
     assert engine.stats.compactions == 0 and engine.state.search.fulltext.path is not None
