@@ -67,7 +67,8 @@ class IdleCollector:
         self._thread.start()
 
     def stop(self) -> None:
-        """Back to CPython's own schedule (a pending settle runs now)."""
+        """Back to CPython's own schedule. A settle still pending is dropped: the server is ending,
+        and a pass over the whole heap then would only delay its exit."""
         global _active
         if _active is self:
             _active = None
@@ -78,9 +79,7 @@ class IdleCollector:
         if self._saved is not None:
             gc.set_threshold(*self._saved)
             self._saved = None
-        if self._settle:
-            self._settle = False
-            _collect_and_freeze()
+        self._settle = False
 
     def due(self, now: float) -> bool:
         """Whether a full collection should run at ``now``."""
