@@ -415,8 +415,8 @@ def _question_evidence(
         if entity_ok(h.canonical):
             own[h.canonical] += W_TEXT * h.score / best
     for cid in index.exact_ids(question):  # a canonical id written in the question
-        if not is_memory_ref(cid) and allowed.entity(cid):
-            sc.own[cid] += W_TEXT * 2
+        if not is_memory_ref(cid) and entity_ok(cid):
+            own[cid] += W_TEXT * 2
     if query is not None and allowed.memories_on:
         mem_allow = (
             frozenset(memory_ref(m) for m in req.scoped_ids) if req.candidate_ids is not None else None
@@ -449,15 +449,15 @@ def _question_evidence(
     for cid, s in by_name.items():
         if entity_ok(cid):
             is_model = is_model_id(cid)
-            sc.own[cid] += (W_TABLE_NAME / model_best if is_model else W_NAME / leaf_best) * s
+            own[cid] += (W_TABLE_NAME / model_best if is_model else W_NAME / leaf_best) * s
     for cid in sorted(lexicon.value_matches(question)):
-        if allowed.entity(cid):
-            sc.own[cid] += W_VALUE
+        if entity_ok(cid):
+            own[cid] += W_VALUE
     shapes = sampled_values.question_shapes(question)
     if shapes:
-        for cid in list(sc.own):
+        for cid in list(own):
             if is_leaf_id(cid) and shapes & lexicon.shapes_of(cid):
-                sc.own[cid] += W_SHAPE * len(shapes & lexicon.shapes_of(cid))
+                own[cid] += W_SHAPE * len(shapes & lexicon.shapes_of(cid))
 
 
 def _memory_evidence(
@@ -491,32 +491,20 @@ def _route(sc: _Scores, changed: set[str] | None = None) -> None:
     """Table and datasource scores from the leaves' own scores (and the tables' own documents).
     ``changed``: the ids whose own score rose since the last call; only their tables are scored
     again (own scores only rise, so a datasource keeps the best of its old and new tables)."""
-    if changed is None:
-        members: dict[str, list[str]] = {}
-        tables: set[str] = set()
-        for cid in sc.own:
-            parent, is_model = _placement(cid)
-            if parent is None:
-                continue  # a datasource
-            if is_model:
-                tables.add(cid)
-            else:
-                members.setdefault(parent, []).append(cid)
-        sc.leaves = members
-        todo = tables.union(members)
-    else:
-        members, todo = sc.leaves, set()
-        for cid in changed:
-            parent = parent_of(cid)
-            if parent is None:
-                continue
-            if is_model_id(cid):
-                todo.add(cid)
-            else:
-                todo.add(parent)
-                group = members.setdefault(parent, [])
-                if cid not in group:
-                    group.append(cid)
+    members: dict[str, list[str]] = {} if changed is None else sc.leaves
+    todo: set[str] = set()
+    for cid in sc.own if changed is None else changed:
+        parent, is_model = _placement(cid)
+        if parent is None:
+            continue  # a datasource
+        if is_model:
+            todo.add(cid)
+        else:
+            todo.add(parent)
+            group = members.setdefault(parent, [])
+            if changed is None or cid not in group:
+                group.append(cid)
+    sc.leaves = members
     own = sc.own
     for table in sorted(todo):  # sorted: float sums never follow the hash seed
         scores = [own[c] for c in members.get(table, ())]
@@ -571,14 +559,11 @@ def _tag_places(tags: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
 def _complete_joins(
     catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final: dict[str, float], allowed: _Allowed
 ) -> None:
-    ranked = heapq.nlargest(JOIN_AFTER, [(score, c) for c, score in final.items() if is_leaf_id(c)])
+    ranked = heapq.nlargest(
+        JOIN_AFTER,
+        [(score, c) for c, score in final.items() if is_leaf_id(c) and catalog.kind_of(c) in LEAF_KINDS],
+    )
     leaves = [c for _, c in ranked]
-    if any(catalog.kind_of(c) not in LEAF_KINDS for c in leaves):  # an id of no known kind: never seen
-        leaves = heapq.nlargest(
-            JOIN_AFTER,
-            (c for c in final if is_leaf_id(c) and catalog.kind_of(c) in LEAF_KINDS),
-            key=lambda c: (final[c], c),
-        )
     if not leaves:
         return
     best_ds = datasource_of(leaves[0])

@@ -114,10 +114,7 @@ class MemoryTerms:
         value = None
         if terms:
             weights = {t: self.idf(t) for t in terms}
-            total = 0.0
-            for w in weights.values():
-                total += w
-            value = (total, weights)
+            value = (sum(weights.values()), weights)
         if len(self._weights) < _MAX_WEIGHTED:
             self._weights[mid] = value
         return value
