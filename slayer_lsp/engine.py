@@ -473,15 +473,15 @@ class Engine:
         fresh = state.search.rebuilt(state.catalog)
         with self._lock:
             if self._closed:
-                fresh.close_writers()
+                fresh.close_writers(keep=state.search)
                 return False
             if self._state is not state:  # a newer refresh won (see _compact_when_due)
-                fresh.close_writers()
+                fresh.close_writers(keep=state.search)
                 log.info("compaction overtaken by a refresh after %.2f s", time.perf_counter() - t0)
                 return False
             self._state = State(state.catalog, fresh, state.full)
             self.stats.compactions += 1
-        state.search.close_writers()  # no generation derives from these any more
+        state.search.close_writers(keep=fresh)  # no generation derives from these any more
         del state, fresh
         allocator.trim()  # the old generation's native memory, freed in a burst
         log.info("compacted the full-text indexes in %.2f s", time.perf_counter() - t0)

@@ -283,3 +283,104 @@ def test_a_small_store_moves_its_index_into_memory_at_the_first_edit_not_at_star
         time.sleep(0.02)
     assert _answers(engine) == expected  # the same documents again, compacted: a cold start's answers
     engine.close()
+
+
+SCOPED = [
+    {"question": question, "datasource": ds, "ranking": ranking}
+    for question in ("supply cost", "orders by status", "customer lifetime value")
+    for ds in ("jaffle", "supplies")
+    for ranking in ("slayer", "hybrid")
+]
+
+
+def _scoped_answers(engine):
+    return [msgspec.to_builtins(engine.search(c)) for c in SCOPED]
+
+
+def _datasource_dirs(engine):
+    return {ds: view.path for ds, view in engine.state.search.by_datasource.items()}
+
+
+def _warmed(engine):
+    """Every datasource indexed apart, as a daemon's warm-up does after its start."""
+    state = engine.state
+    state.search.warm_datasources(state.catalog)
+    return engine
+
+
+def test_a_restart_reopens_each_datasource_index_and_answers_as_a_cold_start(store, monkeypatch):
+    """A datasource's own index (tens of ms at 1,000 models, seconds at 10,000) is built once and
+    kept in the cache: after a restart the first question scoped to it reopens it."""
+    from slayer_lsp.search import fulltext
+
+    first = _warmed(Engine(store))
+    dirs = _datasource_dirs(first)
+    assert set(dirs) == {"jaffle", "supplies"} and all(p is not None and p.is_dir() for p in dirs.values())
+    first.close()
+    del first
+    built = []
+    real = fulltext.FullTextIndex._add
+    monkeypatch.setattr(fulltext.FullTextIndex, "_add", lambda self, *a: built.append(1) or real(self, *a))
+    restarted = Engine(store)
+    answers = _scoped_answers(restarted)
+    assert _datasource_dirs(restarted) == dirs  # the same directories, reopened
+    assert built == []  # nothing indexed again
+    monkeypatch.undo()
+    assert answers == _scoped_answers(Engine(store, use_cache=False))
+
+
+def test_a_restart_after_an_edit_reindexes_only_the_edited_datasource(store):
+    first = _warmed(Engine(store))
+    dirs = _datasource_dirs(first)
+    first.close()
+    del first
+    model = store / "models/supplies/supplies.yaml"
+    model.write_text(model.read_text().replace("paper cup", "zebracorn cup"))
+    restarted = _warmed(Engine(store))
+    now = _datasource_dirs(restarted)
+    assert now["jaffle"] == dirs["jaffle"]
+    # a small store's replaced document still weighs in BM25: that index is rebuilt, not patched
+    assert now["supplies"] != dirs["supplies"] and not dirs["supplies"].exists()
+    assert _scoped_answers(restarted) == _scoped_answers(Engine(store, use_cache=False))
+
+
+def test_a_compaction_rebuilds_only_the_datasource_indexes_an_edit_touched(store):
+    import time
+
+    engine = _warmed(Engine(store, compact_after_s=0.05))
+    before = engine.state.search.by_datasource
+    model = store / "models/supplies/supplies.yaml"
+    model.write_text(model.read_text().replace("paper cup", "zebracorn cup"))
+    engine.refresh([str(model)])
+    deadline = time.monotonic() + 10
+    while engine.stats.compactions == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    after = engine.state.search.by_datasource
+    assert engine.stats.compactions >= 1 and set(after) == {"jaffle", "supplies"}
+    assert after["jaffle"] is before["jaffle"]  # untouched: carried on as it was
+    assert after["supplies"] is not before["supplies"] and after["supplies"].deletions == 0
+    assert _scoped_answers(engine) == _scoped_answers(Engine(store, use_cache=False))
+    carried = after["jaffle"]
+    orders = store / "models/jaffle/orders.yaml"
+    orders.write_text(
+        orders.read_text().replace("description: Customer orders", "description: Quagga orders")
+    )
+    engine.refresh([str(orders)])  # the carried writer takes the next edit
+    assert engine.state.search.by_datasource["jaffle"].index is carried.index
+    hits = engine.search({"question": "quagga", "datasource": "jaffle", "ranking": "slayer"}).results
+    assert [h.id for h in hits][:1] == ["jaffle.orders"]
+    engine.close()
+
+
+def test_the_index_of_a_removed_datasource_leaves_the_cache(store):
+    first = _warmed(Engine(store))
+    gone = _datasource_dirs(first)["supplies"]
+    first.close()
+    del first
+    shutil.rmtree(store / "models/supplies")
+    (store / "datasources/supplies.yaml").unlink()
+    restarted = _warmed(Engine(store))
+    assert set(_datasource_dirs(restarted)) == {"jaffle"}
+    assert not gone.exists()
+    root = StoreCache.for_location(restarted.location).root
+    assert len(list(root.glob("datasource-*.msgpack"))) == 1

@@ -136,7 +136,7 @@ class SearchIndexes:
             if fulltext is not None:
                 fulltext.sync(docs, known)  # only documents whose text changed since the last run
             else:
-                fulltext = _persistent_index(cache, docs)
+                fulltext = _persistent_index(cache, docs.values())
             if fulltext is not None:
                 _save_manifest(cache, fulltext)
             if fulltext is not None and fresh and reuse_texts:  # written beside the start, not in its way
@@ -219,7 +219,7 @@ class SearchIndexes:
         little from a fresh build until the index is rebuilt."""
         # a compaction rebuilds every index, so the whole store's size sets the policy: a warehouse's
         # datasource index is small, but one edit to it must not cost a 27 s rebuild of them all
-        small = len(self.fulltext) <= COMPACT_EVERY_CHANGE_UP_TO
+        small = self._small
         stale = any(
             _worth_rebuilding(ix.deletions, len(ix), small)
             for ix in (self.fulltext, *self.by_datasource.values())
@@ -238,16 +238,20 @@ class SearchIndexes:
         ``ram_live`` the live index is kept in memory, so edits commit without an fsync, and the
         on-disk cache gets a separate snapshot that the next start reopens and brings up to date."""
         docs = self.docs
-        seed: dict[Any, Any] = {
-            ("fulltext", ds): FullTextIndex(
-                doc for cid, doc in docs.items() if ds in scope.doc_scopes(catalog, cid)
-            ).view()
-            for ds in self.by_datasource
-            if ds in catalog.datasources
-        }
-        snapshot = _persistent_index(self.cache, docs) if self.cache is not None else None
-        if snapshot is not None:
-            _save_manifest(self.cache, snapshot)
+        seed: dict[Any, Any] = {}
+        small = self._small
+        for ds, view in self.by_datasource.items():
+            if ds not in catalog.datasources:
+                continue
+            if view.index.extends(view) and not _worth_rebuilding(view.deletions, len(view), small):
+                seed[("fulltext", ds)] = view  # exact as it is: carried on, writer and all
+            else:
+                ds_docs = [doc for cid, doc in docs.items() if ds in scope.doc_scopes(catalog, cid)]
+                seed[("fulltext", ds)] = _datasource_index(self.cache, ds, ds_docs, reopen=False).view()
+        cache = self.cache
+        snapshot = _persistent_index(cache, docs.values()) if cache is not None else None
+        if cache is not None and snapshot is not None:
+            _save_manifest(cache, snapshot)
         if self.ram_live or snapshot is None:
             if snapshot is not None:
                 snapshot.close()  # releases its writer lock; the directory stays as the cache
@@ -276,30 +280,48 @@ class SearchIndexes:
             _graph_lock=self._graph_lock,
         )
 
-    def close_writers(self) -> None:
+    def close_writers(self, keep: SearchIndexes | None = None) -> None:
         """Close the writers behind this generation's indexes once no later generation derives from
         them (it was replaced by a rebuild, or the engine closes): their memory, threads and on-disk
         lock go now, not at the next full GC pass. The views keep answering requests that hold them;
-        a later change to a closed index indexes anew."""
+        a later change to a closed index indexes anew. ``keep``: the generation that replaces this
+        one (or that this one failed to replace); the writers the two share stay open."""
+        shared = set() if keep is None else {id(view.index) for view in keep.by_datasource.values()}
         self.fulltext.index.close()
         for view in self.by_datasource.values():
-            view.index.close()
+            if id(view.index) not in shared:
+                view.index.close()
         pieces: MemoryPieceIndex | None = self._lazy.peek("pieces")
         if pieces is not None:
             pieces.close()
 
     def save_cache(self) -> None:
-        """Record the live index's state so the next start reopens it (after incremental updates)."""
-        if self.cache is not None and self.fulltext.path is not None:
+        """Record the live indexes' state so the next start reopens them (after incremental updates)."""
+        if self.cache is None:
+            return
+        if self.fulltext.path is not None:
             _save_manifest(self.cache, self.fulltext.index)
+        for ds, view in self.by_datasource.items():
+            if view.path is not None and view.index.extends(view):
+                _save_manifest(self.cache, view.index, ds)
 
     def fulltext_for(self, catalog: Catalog, datasource: str | None) -> FullTextView:
         if datasource is None:
             return self.fulltext
         return self._lazy.get(
             ("fulltext", datasource),
-            lambda: FullTextIndex(self._docs_by_datasource(catalog).get(datasource, ())).view(),
+            lambda: _datasource_index(
+                self.cache,
+                datasource,
+                self._docs_by_datasource(catalog).get(datasource, ()),
+                small_store=self._small,
+            ).view(),
         )
+
+    @property
+    def _small(self) -> bool:
+        """Whether every replaced document is worth a rebuild (see ``_worth_rebuilding``)."""
+        return len(self.fulltext) <= COMPACT_EVERY_CHANGE_UP_TO
 
     def warm_datasources(self, catalog: Catalog, before_each: Callable[[], None] | None = None) -> int:
         """Build the full-text index of every datasource this generation lacks (run off the request
@@ -314,6 +336,8 @@ class SearchIndexes:
                 if self._lazy.peek(("fulltext", ds)) is None:  # a search may have built it meanwhile
                     self.fulltext_for(catalog, ds)
                     built += 1
+        if self.cache is not None:
+            self.cache.forget_datasources(catalog.datasources)
         return built
 
     def _docs_by_datasource(self, catalog: Catalog) -> dict[str, list[render.RenderedDoc]]:
@@ -448,24 +472,63 @@ def _derived(
     return FullTextIndex(docs).view()
 
 
-def _persistent_index(cache: Any, docs: dict[str, render.RenderedDoc]) -> FullTextIndex | None:
-    path = cache.new_text_dir()
+def _datasource_index(
+    cache: StoreCache | None,
+    datasource: str,
+    docs: Iterable[render.RenderedDoc],
+    *,
+    small_store: bool = True,
+    reopen: bool = True,
+) -> FullTextIndex:
+    """One datasource's own index over ``docs``. With a cache it lives on disk: the last run's is
+    reopened and brought up to date (``reopen``) unless that replaced enough documents to be worth
+    a rebuild anyway (the same policy as a compaction's), else it is built into a new directory."""
+    if cache is None:
+        return FullTextIndex(docs)
+    docs = list(docs)
+    manifest = cache.load_text_manifest(datasource) if reopen else None
+    if manifest is not None:
+        index = FullTextIndex.reopen(
+            Path(manifest.directory), manifest.names, manifest.members, manifest.opstamp, manifest.deletions
+        )
+        if index is not None:
+            try:
+                index.sync({doc.canonical: doc for doc in docs})
+            except (ValueError, OSError) as exc:
+                log.info("cached index of datasource %s not brought up to date: %s", datasource, exc)
+            else:
+                if not _worth_rebuilding(index.deletions, len(index), small_store):
+                    _save_manifest(cache, index, datasource)
+                    return index
+            index.close()
+    index = _persistent_index(cache, docs, datasource)
+    if index is None:
+        return FullTextIndex(docs)
+    _save_manifest(cache, index, datasource)
+    return index
+
+
+def _persistent_index(
+    cache: StoreCache, docs: Iterable[render.RenderedDoc], datasource: str | None = None
+) -> FullTextIndex | None:
+    path = cache.new_text_dir(datasource)
     if path is None:
         return None
     try:
-        return FullTextIndex(docs.values(), path=path)
+        return FullTextIndex(docs, path=path)
     except (ValueError, OSError) as exc:
         log.warning("cannot build the cached full-text index in %s: %s", path, exc)
         return None
 
 
-def _save_manifest(cache: Any, index: FullTextIndex) -> None:
-    if not cache.holds_manifest(str(index.path), index.opstamp):  # an unchanged index keeps its own
+def _save_manifest(cache: StoreCache, index: FullTextIndex, datasource: str | None = None) -> None:
+    # an unchanged index keeps its manifest
+    if not cache.holds_manifest(str(index.path), index.opstamp, datasource):
         opstamp, names, members = index.manifest()
         cache.save_text_manifest(
-            TextManifest(0, "", str(index.path), opstamp, names, members, index.deletions)
+            TextManifest(0, "", str(index.path), opstamp, names, members, index.deletions), datasource
         )
-    cache.collect_garbage(keep=index.path)
+    cache.collect_garbage(keep=index.path, datasource=datasource)
 
 
 # A rebuild costs time in proportion to the whole index. Up to this many documents it follows every

@@ -8,6 +8,9 @@ Two things are cached per store (keyed by the store's backend and resolved path)
 * ``fulltext-*/`` + ``fulltext.msgpack`` — the tantivy index and a manifest (the commit opstamp and a
   digest per document); at start the index is reopened and only documents whose rendered text changed
   are re-indexed.
+* ``datasource-<key>-*/`` + ``datasource-<key>.msgpack`` — the same, for each datasource's own index
+  (``<key>``: a digest of the datasource's name); reopened when a question or the warm-up first needs
+  that datasource, so a restart does not index the datasources apart again.
 
 The cache is never trusted blindly: each file carries a format version and the store's identity,
 the manifest must name the index's current commit, and anything that fails to decode or disagrees
@@ -29,7 +32,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -90,6 +93,7 @@ class TextManifest(msgspec.Struct):
     names: list[str]  # fast-field key -> canonical
     members: dict[str, tuple[str, int, str]]  # canonical -> (group, key, digest)
     deletions: int = 0  # documents replaced or deleted since the index was built (still in its BM25)
+    datasource: str = ""  # the datasource whose own index this is ("": the whole store's)
 
 
 class Stamped(Protocol):
@@ -109,7 +113,7 @@ class StoreCache:
         self.root = root
         self.ident = f"{location.backend}:{location.path.resolve()}"
         self._writers: list[threading.Thread] = []  # background writes not yet waited for
-        self._manifest_at: tuple[str, int] | None = None  # (directory, opstamp) of the manifest on disk
+        self._manifest_at: dict[str, tuple[str, int]] = {}  # manifest file -> (directory, opstamp) on disk
 
     @classmethod
     def for_location(cls, location: StoreLocation) -> StoreCache | None:
@@ -195,34 +199,41 @@ class StoreCache:
 
     # -------------------------------------------------------------- full-text index
 
-    def load_text_manifest(self) -> TextManifest | None:
-        manifest = self.read_file("fulltext.msgpack", TextManifest)
+    def load_text_manifest(self, datasource: str | None = None) -> TextManifest | None:
+        """The manifest of the whole store's index, or (``datasource``) of that datasource's own."""
+        name = _manifest_name(datasource)
+        manifest = self.read_file(name, TextManifest)
+        if manifest is not None and manifest.datasource != (datasource or ""):
+            return None  # another datasource's (a digest collision): never trusted
         if manifest is not None:
-            self._manifest_at = (manifest.directory, manifest.opstamp)
+            self._manifest_at[name] = (manifest.directory, manifest.opstamp)
         return manifest
 
-    def save_text_manifest(self, manifest: TextManifest) -> None:
-        self.write_file("fulltext.msgpack", manifest)
-        self._manifest_at = (manifest.directory, manifest.opstamp)
+    def save_text_manifest(self, manifest: TextManifest, datasource: str | None = None) -> None:
+        name = _manifest_name(datasource)
+        manifest.datasource = datasource or ""
+        self.write_file(name, manifest)
+        self._manifest_at[name] = (manifest.directory, manifest.opstamp)
 
-    def holds_manifest(self, directory: str, opstamp: int) -> bool:
+    def holds_manifest(self, directory: str, opstamp: int, datasource: str | None = None) -> bool:
         """Whether the manifest on disk (as this process last read or wrote it) already describes the
         index in ``directory`` at commit ``opstamp``: then writing it again changes nothing."""
-        return self._manifest_at == (directory, opstamp)
+        return self._manifest_at.get(_manifest_name(datasource)) == (directory, opstamp)
 
-    def new_text_dir(self) -> Path | None:
+    def new_text_dir(self, datasource: str | None = None) -> Path | None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            return Path(tempfile.mkdtemp(prefix="fulltext-", dir=self.root))
+            return Path(tempfile.mkdtemp(prefix=_dir_prefix(datasource), dir=self.root))
         except OSError as exc:
             log.warning("cannot create a cache directory under %s: %s", self.root, exc)
             return None
 
-    def collect_garbage(self, keep: Path | None) -> None:
-        """Remove index directories no manifest names (failed builds, older generations) and the temp
-        files of writers that died before renaming them into place."""
+    def collect_garbage(self, keep: Path | None, datasource: str | None = None) -> None:
+        """Remove the index directories (of the whole store, or of one datasource) no manifest names
+        (failed builds, older generations), and the temp files of writers that died before renaming
+        them into place."""
         try:
-            entries = list(self.root.glob("fulltext-*"))
+            entries = list(self.root.glob(_dir_prefix(datasource) + "*"))
             temps = list(self.root.glob(".*.msgpack.*"))
         except OSError:
             return
@@ -232,9 +243,43 @@ class StoreCache:
                     temp.unlink()
         for entry in entries:
             if entry.is_dir() and (keep is None or entry.resolve() != keep.resolve()):
-                if (entry / ".tantivy-writer.lock").exists() and _locked(entry):
-                    continue  # another process's live index
-                shutil.rmtree(entry, ignore_errors=True)
+                _remove_unless_live(entry)
+
+    def forget_datasources(self, datasources: Iterable[str]) -> None:
+        """Remove the indexes and manifests of datasources not among ``datasources`` (gone from the
+        store), except an index another process has open."""
+        wanted = {_datasource_key(ds) for ds in datasources}
+        try:
+            entries = list(self.root.glob("datasource-*"))
+        except OSError:
+            return
+        for entry in entries:
+            key = entry.name.split("-")[1].split(".")[0]
+            if key in wanted:
+                continue
+            if entry.is_dir():
+                _remove_unless_live(entry)
+            else:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+
+
+def _datasource_key(datasource: str) -> str:
+    return hashlib.blake2b(datasource.encode(), digest_size=8).hexdigest()
+
+
+def _manifest_name(datasource: str | None) -> str:
+    return "fulltext.msgpack" if datasource is None else f"datasource-{_datasource_key(datasource)}.msgpack"
+
+
+def _dir_prefix(datasource: str | None) -> str:
+    return "fulltext-" if datasource is None else f"datasource-{_datasource_key(datasource)}-"
+
+
+def _remove_unless_live(directory: Path) -> None:
+    if (directory / ".tantivy-writer.lock").exists() and _locked(directory):
+        return  # another process's live index (or this one's, not yet closed)
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _orphaned(temp: Path) -> bool:
