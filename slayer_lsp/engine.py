@@ -168,6 +168,7 @@ class Engine:
         self._compacting = False  # a scheduled compaction is running
         self._closed = False
         self.searches = SearchesInFlight()  # searches running now: the warm-up steps aside for them
+        self.warming = False  # the start-up's background work (``_warm``) is under way
 
     # ------------------------------------------------------------------ state
 
@@ -272,6 +273,7 @@ class Engine:
             self._state = State(catalog, indexes, full if self._reach is not None else None)
             if first:  # the hybrid ranking's indexes are built off the request path (a search that
                 # comes first waits for them rather than building them twice)
+                self.warming = True
                 threading.Thread(target=self._warm, name="slayer-warm", daemon=True).start()
             t2 = time.perf_counter()
             self.stats.generation = catalog.generation
@@ -336,8 +338,11 @@ class Engine:
 
     def _warm(self) -> None:
         """Build the hybrid ranking's indexes for the newest state (again if a refresh overtook)."""
-        with _BUILDING:
-            self._warm_indexes()
+        try:
+            with _BUILDING:
+                self._warm_indexes()
+        finally:
+            self.warming = False
 
     def _warm_indexes(self) -> None:
         try:

@@ -118,6 +118,7 @@ class ServerStatus(msgspec.Struct, kw_only=True):
     counts: dict[str, int] | None = None  # entities per kind
     load_issues: int | None = None
     last_refresh_ms: float | None = None
+    warming: bool | None = None  # the start-up's background work (indexes built ahead of use) is under way
     embedding: EmbeddingReport | None = None
     refreshes: int | None = None
     last_delta_size: int | None = None

@@ -18,6 +18,9 @@ class StatusReport(msgspec.Struct, kw_only=True):
     load_issues: int
     last_refresh_ms: float
     embedding: dict | None = None  # the worker's EmbeddingStatus, plus its warnings
+    # the start-up's background work is under way (the hybrid ranking's indexes, then each
+    # datasource's own): answers are the same, some of the first may take longer
+    warming: bool = False
 
 
 def engine_status(engine) -> StatusReport:  # noqa: ANN001 - Engine, imported lazily by callers
@@ -38,6 +41,7 @@ def engine_status(engine) -> StatusReport:  # noqa: ANN001 - Engine, imported la
         load_issues=cat.issue_count,
         last_refresh_ms=round(engine.stats.last_refresh_s * 1000, 1),
         embedding=emb,
+        warming=engine.warming,
     )
 
 

@@ -108,3 +108,25 @@ def test_a_compaction_indexes_the_datasources_it_did_not_find(tmp_path, monkeypa
         assert set(engine.state.search.by_datasource) == set(engine.catalog.datasources)
     finally:
         engine.close()
+
+
+def test_a_long_lived_engine_reports_its_warm_up_until_every_datasource_is_indexed(tmp_path, monkeypatch):
+    from slayer_lsp.status import engine_status
+
+    monkeypatch.setenv("SLAYER_LSP_CACHE", "off")
+    shutil.copytree(YAML_STORE, tmp_path / "store")
+    release = threading.Event()
+    eng = Engine(tmp_path / "store", compact_after_s=30.0)
+    eng.searches.wait_idle = lambda limit_s=5.0: release.wait(limit_s)  # type: ignore[method-assign]
+    try:
+        assert engine_status(eng).warming is True  # held before its first datasource
+        assert eng.state.search.by_datasource == {}
+        release.set()
+        deadline = time.monotonic() + 30
+        while eng.warming and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert engine_status(eng).warming is False
+        assert set(eng.state.search.by_datasource) == set(eng.catalog.datasources)
+    finally:
+        release.set()
+        eng.close()

@@ -53,6 +53,7 @@ class McpStatus(msgspec.Struct, kw_only=True):
     counts: dict[str, int] | None = None  # reachable entities per kind
     load_issues: int | None = None
     last_refresh_ms: float | None = None
+    warming: bool | None = None  # the start-up's background work (indexes built ahead of use) is under way
     embedding: p.EmbeddingReport | None = None
     refreshes: int | None = None
     issues: list[str] | None = None  # the first 50 load issues, as text

@@ -101,6 +101,10 @@ async def test_status(client):
     )
     assert got["embedding"] is None  # the dense channel is off in these servers
     assert got["open_documents"] == 0 and got["watching"] == str(client.store)
+    # the start-up's background work (each datasource's own index) ends, and says so
+    await eventually(
+        lambda: request(client, "slayer/status", {}), lambda r: r["warming"] is False, "the warm-up's end"
+    )
 
 
 @pytest.mark.parametrize(

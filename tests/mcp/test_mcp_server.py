@@ -98,6 +98,7 @@ async def test_every_tool_over_stdio(tmp_path_factory, mode):
         assert "error" in items["items"][2]
         status = structured(await c.call_tool("status", {}))
         assert status["ready"] and status["counts"]["model"] == 8 and status["scope"]["datasources"] == []
+        assert isinstance(status["warming"], bool)  # the start-up's background work, reported as such
         saved = structured(
             await c.call_tool(
                 "save_memory",
