@@ -39,7 +39,7 @@ def memory_stems(memory: d.Memory) -> frozenset[str]:
 class MemoryTerms:
     by_memory: Mapping[str, frozenset[str]]
     doc_freq: Mapping[str, int]
-    _weights: dict[str, tuple[float, dict[str, float]] | None] = field(
+    _weights: dict[str, tuple[float, dict[str, tuple[int, float]]] | None] = field(
         default_factory=dict, compare=False, repr=False
     )  # memory id -> its IDF total and term IDFs, filled by the searches of this snapshot
 
@@ -79,9 +79,10 @@ class MemoryTerms:
 
     def text_coverage(self, question_stems: Collection[str], text: str) -> float:
         """``coverage`` of one text (a piece of a long memory), with the memories' statistics."""
-        terms = frozenset(stems(text))
+        terms = sorted(frozenset(stems(text)))  # sorted: sums never follow the hash seed
         total = sum(self.idf(t) for t in terms)
-        return sum(self.idf(t) for t in terms.intersection(question_stems)) / total if total else 0.0
+        asked = frozenset(question_stems)
+        return sum(self.idf(t) for t in terms if t in asked) / total if total else 0.0
 
     def coverage(self, question_stems: Collection[str], memory_ids: Collection[str]) -> dict[str, float]:
         """Per memory: the IDF-weighted share of its stems that the question holds (0 for a memory
@@ -95,26 +96,30 @@ class MemoryTerms:
                 continue
             total, weights = weighted
             if total:
-                shared = 0.0  # summed in the memory's own term order: the same float every time
-                for t, w in weights.items():
-                    if t in asked:
-                        shared += w
+                # the question's few stems looked up, then summed in the memory's own term order
+                # (the same float every time, whatever the question's order)
+                found = sorted(pw for t in asked if (pw := weights.get(t)) is not None)
+                shared = 0.0
+                for _, w in found:
+                    shared += w
                 out[mid] = shared / total
             else:
                 out[mid] = 0.0
         return out
 
-    def _weighted(self, mid: str) -> tuple[float, dict[str, float]] | None:
-        """A memory's total IDF and its terms' IDFs (computed once per snapshot: a search weighs a
-        hundred memories, and the next search mostly the same ones)."""
+    def _weighted(self, mid: str) -> tuple[float, dict[str, tuple[int, float]]] | None:
+        """A memory's total IDF and, per term, its place among the memory's terms and its IDF
+        (computed once per snapshot: a search weighs a hundred memories, and the next search
+        mostly the same ones)."""
         cached = self._weights.get(mid, _UNSET)
         if cached is not _UNSET:
             return cached
         terms = self.by_memory.get(mid)
         value = None
         if terms:
-            weights = {t: self.idf(t) for t in terms}
-            value = (sum(weights.values()), weights)
+            ordered = sorted(terms)  # a set's order follows the hash seed; sums must not
+            idfs = [self.idf(t) for t in ordered]
+            value = (sum(idfs), {t: (i, w) for i, (t, w) in enumerate(zip(ordered, idfs, strict=True))})
         if len(self._weights) < _MAX_WEIGHTED:
             self._weights[mid] = value
         return value
