@@ -136,6 +136,13 @@ class FullTextView:
         hits, names = self._run(query, memories, limit, allow)
         return [TextHit(name, float(score)) for (score, _), name in zip(hits, names, strict=True)]
 
+    def scored(
+        self, query: tantivy.Query, *, memories: bool, limit: int, allow: frozenset[str] | None = None
+    ) -> list[tuple[str, float]]:
+        """``search`` as (canonical, score) pairs: what a hot loop reads, without an object per hit."""
+        hits, names = self._run(query, memories, limit, allow)
+        return list(zip(names, [score for score, _ in hits], strict=True))
+
     def ranked_ids(
         self, query: tantivy.Query, *, memories: bool, limit: int, allow: frozenset[str] | None = None
     ) -> list[str]:

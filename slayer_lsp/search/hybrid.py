@@ -50,6 +50,7 @@ from typing import Any
 
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import (
+    MEMORY_PREFIX,
     datasource_of,
     is_leaf_id,
     is_memory_ref,
@@ -158,9 +159,9 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     final: dict[str, float] = {}
     tables, dss = sc.table, sc.datasource
     for cid, own in sc.own.items():
-        model = model_of(cid)
+        model, ds = _model_and_datasource(cid)
         table = tables.get(model, 0.0) if model is not None else 0.0
-        final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(datasource_of(cid), 0.0)
+        final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(ds, 0.0)
     memory_final: dict[str, float] = {}
     best_own = max(mem_own.values(), default=0.0)
     routed = (max(sc.table.values(), default=0.0), max(sc.datasource.values(), default=0.0))
@@ -376,8 +377,14 @@ class _Allowed:
 
     def entity_test(self) -> Callable[[str], bool]:
         """``entity`` as the cheapest callable that answers the same (a hot loop's)."""
-        if self.ids is None and self.ds is None:
-            return self.docs.__contains__
+        docs, ds = self.docs, self.ds
+        if self.ids is None and ds is None:
+            return docs.__contains__
+        if self.ids is None and ds is not None:  # rooted_at, inline
+            prefix = ds + "."
+            return lambda c: (
+                (c.startswith(prefix) or c == ds) and not c.startswith(MEMORY_PREFIX) and c in docs
+            )
         return self.entity
 
     def memory(self, mid: str) -> bool:
@@ -386,11 +393,13 @@ class _Allowed:
 
 def _best_first(final: dict[str, float], wanted: int) -> Iterator[str]:
     """Ids by score (ties by id): a partial sort first, the full one only if hits were dropped."""
-    key = lambda c: (-final[c], c)  # noqa: E731
-    head = heapq.nsmallest(4 * wanted + 16, final, key=key)
-    yield from head
-    if len(head) < len(final):
-        yield from sorted(final, key=key)[len(head) :]
+    pairs = [(-score, c) for c, score in final.items()]  # compared as tuples, with no key calls
+    head = heapq.nsmallest(4 * wanted + 16, pairs)
+    for _, c in head:
+        yield c
+    if len(head) < len(pairs):
+        for _, c in sorted(pairs)[len(head) :]:
+            yield c
 
 
 def _question_evidence(
@@ -407,13 +416,13 @@ def _question_evidence(
     index = indexes.fulltext_for(catalog, req.datasource)
     query = index.parse(question)
     ent_allow = frozenset(c for c in req.candidate_ids if not is_memory_ref(c)) if req.candidate_ids else None
-    text = index.search(query, memories=False, limit=CANDIDATES, allow=ent_allow) if query is not None else []
+    text = index.scored(query, memories=False, limit=CANDIDATES, allow=ent_allow) if query is not None else []
     entity_ok = allowed.entity_test()
     own = sc.own
-    best = max((h.score for h in text), default=0.0) or 1.0
-    for h in text:
-        if entity_ok(h.canonical):
-            own[h.canonical] += W_TEXT * h.score / best
+    best = max((score for _, score in text), default=0.0) or 1.0
+    for cid, score in text:
+        if entity_ok(cid):
+            own[cid] += W_TEXT * score / best
     for cid in index.exact_ids(question):  # a canonical id written in the question
         if not is_memory_ref(cid) and entity_ok(cid):
             own[cid] += W_TEXT * 2
@@ -421,9 +430,10 @@ def _question_evidence(
         mem_allow = (
             frozenset(memory_ref(m) for m in req.scoped_ids) if req.candidate_ids is not None else None
         )
-        for h in index.search(query, memories=True, limit=MEMORY_CANDIDATES, allow=mem_allow):
-            if allowed.memory(memory_id_of(h.canonical)):
-                evidence.text[memory_id_of(h.canonical)] = h.score
+        for ref, score in index.scored(query, memories=True, limit=MEMORY_CANDIDATES, allow=mem_allow):
+            mid = memory_id_of(ref)
+            if allowed.memory(mid):
+                evidence.text[mid] = score
 
     if indexes.dense is not None:
         allow = indexes.scope_ids(catalog, req.datasource) if req.datasource is not None else None
@@ -444,11 +454,12 @@ def _question_evidence(
     lexicon = indexes.lexicon_for(catalog)
     q_stems = name_stems.stems(question)
     by_name = lexicon.name_scores(q_stems)
-    leaf_best = max((s for c, s in by_name.items() if is_leaf_id(c)), default=0.0) or 1.0
-    model_best = max((s for c, s in by_name.items() if is_model_id(c)), default=0.0) or 1.0
-    for cid, s in by_name.items():
+    named = [(cid, s, _placement(cid)) for cid, s in by_name.items()]
+    # a leaf has a parent and is no model; a model's parent is its datasource
+    leaf_best = max((s for _, s, (up, model) in named if up is not None and not model), default=0.0) or 1.0
+    model_best = max((s for _, s, (_, model) in named if model), default=0.0) or 1.0
+    for cid, s, (_, is_model) in named:
         if entity_ok(cid):
-            is_model = is_model_id(cid)
             own[cid] += (W_TABLE_NAME / model_best if is_model else W_NAME / leaf_best) * s
     for cid in sorted(lexicon.value_matches(question)):
         if entity_ok(cid):
@@ -506,14 +517,10 @@ def _route(sc: _Scores, changed: set[str] | None = None) -> None:
                 group.append(cid)
     sc.leaves = members
     own = sc.own
+    table_scores = sc.table
     for table in sorted(todo):  # sorted: float sums never follow the hash seed
-        scores = [own[c] for c in members.get(table, ())]
-        best = (
-            sorted(scores, reverse=True)
-            if len(scores) <= TABLE_LEAVES
-            else heapq.nlargest(TABLE_LEAVES, scores)
-        )
-        sc.table[table] = sum(best) / TABLE_LEAVES + 0.5 * own.get(table, 0.0)
+        best = sorted([own[c] for c in members.get(table, ())], reverse=True)[:TABLE_LEAVES]
+        table_scores[table] = sum(best) / TABLE_LEAVES + 0.5 * own.get(table, 0.0)
     for table in todo:
         score, ds = sc.table[table], datasource_of(table)
         if score > sc.datasource[ds]:
@@ -550,6 +557,12 @@ def _memory_routing(
     return W_TABLE * table + W_DATASOURCE * ds
 
 
+@lru_cache(maxsize=1 << 16)
+def _model_and_datasource(cid: str) -> tuple[str | None, str]:
+    """An id's model (None for a datasource) and datasource, in one cached call."""
+    return model_of(cid), datasource_of(cid)
+
+
 @lru_cache(maxsize=1 << 14)
 def _tag_places(tags: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
     """(datasource, model or None) of each entity tag of a memory (memory links are not places)."""
@@ -559,15 +572,14 @@ def _tag_places(tags: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
 def _complete_joins(
     catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final: dict[str, float], allowed: _Allowed
 ) -> None:
-    ranked = heapq.nlargest(
-        JOIN_AFTER,
-        [(score, c) for c, score in final.items() if is_leaf_id(c) and catalog.kind_of(c) in LEAF_KINDS],
-    )
-    leaves = [c for _, c in ranked]
+    leaves = _best_leaves(catalog, final, JOIN_AFTER)
     if not leaves:
         return
     best_ds = datasource_of(leaves[0])
-    tables = sorted((t for t in sc.table if rooted_at(t, best_ds)), key=lambda t: (-sc.table[t], t))
+    prefix = best_ds + "."  # a table is a model id (never a memory ref): rooted_at, inline
+    tables = sorted(
+        (t for t in sc.table if t.startswith(prefix) or t == best_ds), key=lambda t: (-sc.table[t], t)
+    )
     if not tables:
         return
     chosen = [t for t in tables[:JOIN_TABLES] if sc.table[t] >= JOIN_TABLE_RATIO * sc.table[tables[0]]]
@@ -582,6 +594,23 @@ def _complete_joins(
     anchor = final[leaves[-1]]
     for i, key in enumerate(keys, start=1):
         final[key] = max(final.get(key, 0.0), anchor - 1e-6 * i)
+
+
+def _best_leaves(catalog: Catalog, final: dict[str, float], k: int) -> list[str]:
+    """The ``k`` best-scored leaves of ``final`` (by score, then id, both descending): the best few
+    ids first, most of which are leaves, and every id sorted only when those held too few."""
+    entities = catalog.entities
+    out: list[str] = []
+    pairs = [(score, c) for c, score in final.items()]
+    head = heapq.nlargest(4 * k, pairs)
+    for ranked in (head, sorted(pairs, reverse=True)[len(head) :] if len(head) < len(pairs) else ()):
+        for _, c in ranked:
+            ent = entities.get(c)
+            if ent is not None and ent.kind in LEAF_KINDS and is_leaf_id(c):
+                out.append(c)
+                if len(out) == k:
+                    return out
+    return out
 
 
 def describe() -> dict[str, Any]:

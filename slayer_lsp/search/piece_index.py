@@ -344,8 +344,10 @@ class MemoryPieceIndex:
                 mid = names[key]
                 if mid not in best:
                     best[mid] = PieceHit(mid, int(no), entries[mid].pieces[no], float(score))
-            if len(best) >= depth or len(hits) < limit:
-                return list(best.values())[:depth]
+                    if len(best) == depth:  # the first ``depth`` memories in rank order are all
+                        return list(best.values())
+            if len(hits) < limit:
+                return list(best.values())
             limit *= 4
 
     def rank_about(
