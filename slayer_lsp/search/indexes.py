@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import datasource_of, is_model_id
 from slayer_lsp.search import rendered, scope
-from slayer_lsp.search.fulltext import FullTextIndex, FullTextView
+from slayer_lsp.search.fulltext import FullTextIndex, FullTextView, IndexState
 from slayer_lsp.search.graph import GraphIndex
 from slayer_lsp.search.lexicon import Lexicon
 from slayer_lsp.search.memory_terms import MemoryTerms
@@ -127,11 +127,7 @@ class SearchIndexes:
             manifest = cache.load_text_manifest()
             if manifest is not None:
                 fulltext = FullTextIndex.reopen(
-                    Path(manifest.directory),
-                    manifest.names,
-                    manifest.members,
-                    manifest.opstamp,
-                    manifest.deletions,
+                    Path(manifest.directory), _state_of(manifest), manifest.opstamp
                 )
             if fulltext is not None:
                 fulltext.sync(docs, known)  # only documents whose text changed since the last run
@@ -488,9 +484,7 @@ def _datasource_index(
     docs = list(docs)
     manifest = cache.load_text_manifest(datasource) if reopen else None
     if manifest is not None:
-        index = FullTextIndex.reopen(
-            Path(manifest.directory), manifest.names, manifest.members, manifest.opstamp, manifest.deletions
-        )
+        index = FullTextIndex.reopen(Path(manifest.directory), _state_of(manifest), manifest.opstamp)
         if index is not None:
             try:
                 index.sync({doc.canonical: doc for doc in docs})
@@ -506,6 +500,12 @@ def _datasource_index(
         return FullTextIndex(docs)
     _save_manifest(cache, index, datasource)
     return index
+
+
+def _state_of(manifest: TextManifest) -> IndexState:
+    return IndexState(
+        manifest.names, manifest.members, manifest.digests, manifest.memories, manifest.deletions
+    )
 
 
 def _persistent_index(
@@ -524,10 +524,12 @@ def _persistent_index(
 def _save_manifest(cache: StoreCache, index: FullTextIndex, datasource: str | None = None) -> None:
     # an unchanged index keeps its manifest
     if not cache.holds_manifest(str(index.path), index.opstamp, datasource):
-        opstamp, names, members = index.manifest()
-        cache.save_text_manifest(
-            TextManifest(0, "", str(index.path), opstamp, names, members, index.deletions), datasource
+        opstamp, state = index.manifest()
+        manifest = TextManifest(
+            0, "", str(index.path), opstamp, state.names, state.members, state.digests, state.memories
         )
+        manifest.deletions = state.deletions
+        cache.save_text_manifest(manifest, datasource)
     cache.collect_garbage(keep=index.path, datasource=datasource)
 
 
