@@ -1,4 +1,4 @@
-"""``persistent.LayeredMap``: a commit derives the next map and leaves the one older views hold as
+"""``catalog.layered.LayeredMap``: a commit derives the next map and leaves the one older views hold as
 it was, whether its changes stay in the overlay or are folded into a new base."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from slayer_lsp.search.persistent import LayeredMap
+from slayer_lsp.catalog.layered import LayeredMap
 
 
 def _same(layered: LayeredMap, expected: dict[str, str]) -> None:
-    assert dict(layered.items()) == expected
+    assert dict(layered.pairs()) == dict(layered.items()) == expected
     assert len(layered) == len(expected)
     for key in [*expected, "absent", "x3", "x997"]:
         assert (key in layered) == (key in expected)

@@ -9,7 +9,7 @@ time, the refresh. Each commit publishes a ``FullTextView``: a tantivy searcher 
 that commit plus the key table and membership as they were then. A view never changes, so a
 search reads it without a lock and an older snapshot keeps its own view while newer ones are made.
 Views share structure: the key table is append-only (a view reads only keys its searcher holds) and
-membership is a ``persistent.LayeredMap`` (a base dict and an overlay of changes), so a commit
+membership is a ``catalog.layered.LayeredMap`` (a base dict and an overlay of changes), so a commit
 costs what it changed.
 
 Unlike SLayer, a question never fails to parse: tantivy's lenient parser handles apostrophes,
@@ -32,9 +32,9 @@ from typing import Any
 import tantivy
 
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
+from slayer_lsp.catalog.layered import LayeredMap, LayeredMutation
 from slayer_lsp.catalog.numbering import Numbering
 from slayer_lsp.search.fastfields import u64_values
-from slayer_lsp.search.persistent import LayeredMap, LayeredMutation
 from slayer_lsp.search.tantivy_open import open_index
 from slayer_lsp.texts.render import RenderedDoc
 
@@ -95,7 +95,7 @@ class FullTextView:
         index: FullTextIndex,
         searcher: tantivy.Searcher,
         names: list[str],
-        members: LayeredMap,
+        members: LayeredMap[str],
         kind_counts: dict[str, int],
         deletions: int,
     ) -> None:
@@ -214,7 +214,7 @@ class FullTextIndex:
         self._closed = False
         self._opstamp = self._writer.commit_opstamp  # the writer reports only the opstamp it opened at
         self._kind_counts: dict[str, int] = {"memory": 0, "entity": 0}
-        self._members = LayeredMap()  # canonical -> "memory" | "entity"
+        self._members: LayeredMap[str] = LayeredMap()  # canonical -> "memory" | "entity"
         # canonical -> u64 fast-field key (hits map back without doc fetches)
         self._numbers = Numbering()
         self._digests: dict[str, str] = {}  # canonical -> digest of the indexed text
@@ -366,7 +366,7 @@ class FullTextIndex:
     def delete(self, canonicals: Iterable[str]) -> FullTextView:
         return self.replace(canonicals, ())
 
-    def _add(self, members: LayeredMutation, doc: RenderedDoc) -> None:
+    def _add(self, members: LayeredMutation[str], doc: RenderedDoc) -> None:
         self._delete(members, doc.canonical)
         tdoc = tantivy.Document()
         tdoc.add_text("id", doc.canonical)
@@ -380,7 +380,7 @@ class FullTextIndex:
         self._digests[doc.canonical] = doc_digest(doc)
         self._kind_counts[group] += 1
 
-    def _delete(self, members: LayeredMutation, canonical: str) -> bool:
+    def _delete(self, members: LayeredMutation[str], canonical: str) -> bool:
         group = members.pop(canonical, None)
         if group is None:
             return False
