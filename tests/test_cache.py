@@ -215,6 +215,18 @@ def test_sqlite_restart_decodes_only_the_changed_row(tmp_path, monkeypatch):
     assert _answers(restarted) == _answers(Engine(db, use_cache=False))
 
 
+def _edit_until_compacted(engine, path, old, new):
+    """Replace ``old`` by ``new`` in a store file, refresh, and wait for the compaction it calls for."""
+    import time
+
+    path.write_text(path.read_text().replace(old, new))
+    engine.refresh([str(path)])
+    deadline = time.monotonic() + 10
+    while engine.stats.compactions == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert engine.stats.compactions >= 1
+
+
 def _long_lived_after_a_first_run(store):
     """A daemon's engine on a store whose cache a first run (closed since) has written."""
     import gc
@@ -270,12 +282,8 @@ def test_a_small_store_moves_its_index_into_memory_at_the_first_edit_not_at_star
     time.sleep(0.3)  # a compaction, if one were due, would have run
     assert engine.stats.compactions == 0 and engine.state.search.fulltext.path is not None
     mem = store / "memories/3.md"
-    mem.write_text(mem.read_text().replace("Chicago", "Zebracorn City"))
-    engine.refresh([str(mem)])
-    deadline = time.monotonic() + 10
-    while engine.stats.compactions == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert engine.stats.compactions >= 1 and engine.state.search.fulltext.path is None  # in memory now
+    _edit_until_compacted(engine, mem, "Chicago", "Zebracorn City")
+    assert engine.state.search.fulltext.path is None  # in memory now
     mem.write_text(mem.read_text().replace("Zebracorn City", "Chicago"))
     engine.refresh([str(mem)])
     deadline = time.monotonic() + 10
@@ -345,18 +353,12 @@ def test_a_restart_after_an_edit_reindexes_only_the_edited_datasource(store):
 
 
 def test_a_compaction_rebuilds_only_the_datasource_indexes_an_edit_touched(store):
-    import time
 
     engine = _warmed(Engine(store, compact_after_s=0.05))
     before = engine.state.search.by_datasource
-    model = store / "models/supplies/supplies.yaml"
-    model.write_text(model.read_text().replace("paper cup", "zebracorn cup"))
-    engine.refresh([str(model)])
-    deadline = time.monotonic() + 10
-    while engine.stats.compactions == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _edit_until_compacted(engine, store / "models/supplies/supplies.yaml", "paper cup", "zebracorn cup")
     after = engine.state.search.by_datasource
-    assert engine.stats.compactions >= 1 and set(after) == {"jaffle", "supplies"}
+    assert set(after) == {"jaffle", "supplies"}
     assert after["jaffle"] is before["jaffle"]  # untouched: carried on as it was
     assert after["supplies"] is not before["supplies"] and after["supplies"].deletions == 0
     assert _scoped_answers(engine) == _scoped_answers(Engine(store, use_cache=False))
