@@ -80,3 +80,64 @@ def test_an_edit_in_a_warehouse_datasource_does_not_rebuild_every_index(store, m
     assert all(len(view) < len(search.fulltext) - 1 for view in touched)
     assert not search.needs_compaction
     engine.close()
+
+
+ASKED = [
+    {"question": question, "ranking": ranking, **scope}
+    for question in ("quagga orders", "zebracorn", "supply cost", "customer lifetime value")
+    for ranking in ("slayer", "hybrid")
+    for scope in ({}, {"datasource": "jaffle"})
+]
+
+
+def _answers(engine: Engine) -> list[list[tuple[str, float]]]:
+    return [[(h.id, round(h.score, 6)) for h in engine.search(a).results] for a in ASKED]
+
+
+def test_a_compaction_catches_up_with_the_edits_made_while_it_ran(store, monkeypatch):
+    """Edits that land during a rebuild no longer throw it away (nor wait for it): it is brought up
+    to date with them and swapped in, and they are visible at once and after."""
+    from slayer_lsp.search import indexes
+
+    engine = Engine(store, compact_after_s=3600.0)  # compactions only when asked
+    engine.refresh()
+    engine.state.search.warm_datasources(engine.catalog)
+    supplies = (
+        store / "models/supplies/supplies.yaml"
+    )  # one datasource's index to rebuild; jaffle's is carried
+    supplies.write_text(supplies.read_text().replace("paper cup", "zebracorn cup"))
+    engine.refresh([str(supplies)])
+    assert engine.state.search.needs_compaction
+    carried = engine.state.search.by_datasource["jaffle"]
+    assert not carried.deletions
+    model = store / "models/jaffle/orders.yaml"
+    other = store / "memories/5.md"
+    real = indexes.SearchIndexes.rebuilt
+
+    def rebuilt_while_edits_land(self, catalog):  # noqa: ANN001, ANN202
+        fresh = real(self, catalog)
+        model.write_text(
+            model.read_text().replace("description: Customer orders", "description: Quagga orders")
+        )
+        engine.refresh([str(model)])
+        other.unlink()
+        engine.refresh([str(other)])
+        return fresh
+
+    with monkeypatch.context() as patched:
+        patched.setattr(indexes.SearchIndexes, "rebuilt", rebuilt_while_edits_land)
+        assert engine.compact()  # swapped in, not dropped
+    assert engine.stats.compactions == 1
+    # the datasource indexes it carried on were committed to by those edits: kept, not dropped
+    assert set(engine.state.search.by_datasource) == set(engine.catalog.datasources)
+    assert engine.state.search.by_datasource["jaffle"].index is carried.index
+    quagga = engine.search({"question": "quagga", "ranking": "slayer", "datasource": "jaffle"}).results
+    assert [h.id for h in quagga][:1] == ["jaffle.orders"]
+    assert "5" not in engine.catalog.memories
+    assert all(h.id != "5" for a in ASKED for h in engine.search(a).results)
+    while engine.state.search.needs_compaction:  # the caught-up rebuild replaced a few documents
+        assert engine.compact()
+    cold = Engine(store)
+    assert _answers(engine) == _answers(cold)
+    engine.close()
+    cold.close()

@@ -145,9 +145,16 @@ class SearchIndexes:
         """The datasource indexes this generation has (built on first use, or derived)."""
         return {key[1]: view for key, view in self._lazy.items() if _is_text_key(key)}
 
-    def apply(self, catalog: Catalog, delta: Delta) -> SearchIndexes:
+    def apply(
+        self, catalog: Catalog, delta: Delta, *, feed_dense: bool = True, newer: SearchIndexes | None = None
+    ) -> SearchIndexes:
         """The next generation: the touched documents rendered again, every index derived from this
-        generation's by the delta. This generation is left as it was (run by the refresh only)."""
+        generation's by the delta. This generation is left as it was (run by the refresh only).
+
+        ``newer``: a compaction's rebuild catching up with the generations the refreshes made while
+        it ran (``newer`` is the last of them, ``delta`` all their changes in one). A datasource index
+        the rebuild carried on is the very writer those refreshes committed to, so ``newer``'s view
+        of it is taken as it is, as are the datasource indexes first built meanwhile, and the graph."""
         touched = set(delta.touched)
         for cid in delta.touched:  # a datasource document lists its models
             if is_model_id(cid):
@@ -169,6 +176,11 @@ class SearchIndexes:
             if not _is_text_key(key) or key[1] not in catalog.datasources:
                 continue
             ds = key[1]
+            if newer is not None:
+                current = newer._lazy.peek(key)
+                if current is not None and current.index is view.index:  # carried on: already current
+                    seed[key] = current
+                    continue
             if not view.index.extends(view):  # not this writer's last commit: rebuilt on first use
                 continue
             scoped = [u for u in upserts if ds in scope.doc_scopes(catalog, u.canonical)]
@@ -178,11 +190,17 @@ class SearchIndexes:
                 if u.canonical in view and ds not in scope.doc_scopes(catalog, u.canonical)
             ]
             seed[key] = view.index.replace(gone, scoped)
-        if self.dense is not None:
+        if newer is not None:  # datasource indexes first built while the rebuild ran
+            for key, view in newer._lazy.items():
+                if _is_text_key(key) and key not in seed and key[1] in catalog.datasources:
+                    if view.index.extends(view):
+                        seed[key] = view
+        if self.dense is not None and feed_dense:
             _feed_dense(self.dense, catalog, touched, delta)
         # the graph catches up on the next cypher_filter, not on every edit
         with self._graph_lock:
-            graph, pending = self._graph, self._graph_pending
+            source = newer if newer is not None else self
+            graph, pending = source._graph, source._graph_pending
         pending = pending | delta.touched if graph is not None else frozenset()
         # the hybrid ranking's values: derived when this generation has them (a first build under way
         # is waited for, so that the next generation need not build them again)
