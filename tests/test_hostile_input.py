@@ -54,20 +54,26 @@ class Sandbox:
     cache: Path  # $SLAYER_LSP_CACHE_DIR: ours to write
 
     def outside_tree(self) -> dict[str, str]:
-        """Digest of everything that is neither a store nor the cache."""
-        return {
-            k: v
-            for k, v in tree(self.root).items()
-            if not k.startswith(("store/", "store.db", "cache/", "logs"))
-        }
+        """Digest of everything that is neither a store nor the cache (never read: the daemon may be
+        writing its cache at that moment, a datasource index in the background for one)."""
+        return tree(self.root, skip=("store/", "store.db", "cache/", "logs"))
 
 
-def tree(root: Path) -> dict[str, str]:
+def tree(root: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """Each path below ``root`` with a digest of its bytes, leaving out (never entering) those that
+    start with ``skip``."""
     out = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        out[rel] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    return out
+    for here, dirs, files in os.walk(root):
+        base = Path(here).relative_to(root).as_posix()
+        prefix = "" if base == "." else base + "/"
+        dirs[:] = [d for d in dirs if not (prefix + d + "/").startswith(skip)]
+        for name in dirs:
+            out[prefix + name] = "dir"
+        for name in files:
+            rel = prefix + name
+            if not rel.startswith(skip):
+                out[rel] = hashlib.sha256((Path(here) / name).read_bytes()).hexdigest()[:16]
+    return dict(sorted(out.items()))
 
 
 @pytest.fixture
