@@ -274,8 +274,10 @@ class Engine:
             for seen in self._changes_seen:  # a compaction under way catches up with these
                 seen.append(delta)
             self._state = State(catalog, indexes, full if self._reach is not None else None)
-            if first:  # the hybrid ranking's indexes are built off the request path (a search that
-                # comes first waits for them rather than building them twice)
+            if first and self._compact_after_s is not None:
+                # a long-lived engine builds the hybrid ranking's indexes off the request path (a search
+                # that comes first waits for them rather than building them twice); a one-shot one
+                # builds what its one request needs, and leaves no thread in native code at its exit
                 self.warming = True
                 threading.Thread(target=self._warm, name="slayer-warm", daemon=True).start()
             t2 = time.perf_counter()

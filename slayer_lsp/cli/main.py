@@ -259,6 +259,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         resp = engine.search(params)
     except SearchError as exc:
         return _fail(str(exc), 1)
+    finally:  # its threads (the dense worker's, native code) stop before the interpreter does
+        engine.close()
     if args.format == "json":
         sys.stdout.write(msgspec.json.encode(resp).decode() + "\n")
         return 0
@@ -324,7 +326,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from slayer_lsp.analysis.inspect import format_text, inspect_refs
 
     engine = _engine(args.storage, args)
-    items = inspect_refs(engine.catalog, args.refs)
+    try:
+        items = inspect_refs(engine.catalog, args.refs)
+    finally:
+        engine.close()
     if args.format == "json":
         sys.stdout.write(msgspec.json.encode(items).decode() + "\n")
     else:
