@@ -386,3 +386,27 @@ def test_the_index_of_a_removed_datasource_leaves_the_cache(store):
     assert not gone.exists()
     root = StoreCache.for_location(restarted.location).root
     assert len(list(root.glob("datasource-*.msgpack"))) == 1
+
+
+def test_a_cache_file_of_an_older_format_is_rebuilt_without_a_warning(store, caplog):
+    """An upgrade changes the layout of a cache file: the start rebuilds it and says so quietly; only
+    a file that is really damaged is reported as broken."""
+    import logging
+
+    first = Engine(store)
+    expected = _answers(first)
+    first.close()
+    cache = StoreCache.for_location(first.location)
+    older = {
+        "format": 2,
+        "store": cache.ident,
+        "directory": "x",
+        "opstamp": 1,
+        "members": {"a": ["e", 0, "d"]},
+    }
+    (cache.root / "fulltext.msgpack").write_bytes(msgspec.msgpack.encode(older))
+    with caplog.at_level(logging.INFO, logger="slayer_lsp.store.cache"):
+        assert _answers(Engine(store)) == expected
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "slayer_lsp.store.cache"]
+    assert any(level == logging.INFO and "another format" in text for level, text in said), said
+    assert not any(level >= logging.WARNING for level, _ in said), said

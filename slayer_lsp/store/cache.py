@@ -141,7 +141,10 @@ class StoreCache:
         try:
             value = msgspec.msgpack.decode(data, type=typ)
         except Exception as exc:  # noqa: BLE001 - undecodable, too deep, out of memory: rebuilt, never fatal
-            log.warning("discarding a broken cache file %s: %s: %s", path, type(exc).__name__, exc)
+            if _format_of(data) not in (None, FORMAT):  # written by another version: expected, not broken
+                log.info("rebuilding a cache file of another format: %s", path)
+            else:
+                log.warning("discarding a broken cache file %s: %s: %s", path, type(exc).__name__, exc)
             return None
         if value.format != FORMAT or value.store != self.ident:
             return None
@@ -284,6 +287,18 @@ def _remove_unless_live(directory: Path) -> None:
     if (directory / ".tantivy-writer.lock").exists() and _locked(directory):
         return  # another process's live index (or this one's, not yet closed)
     shutil.rmtree(directory, ignore_errors=True)
+
+
+class _Stamp(msgspec.Struct):
+    format: int
+
+
+def _format_of(data: bytes) -> int | None:
+    """The format a cache file says it has (its other fields unread), or None when it says none."""
+    try:
+        return msgspec.msgpack.decode(data, type=_Stamp).format
+    except Exception:  # noqa: BLE001 - not even a stamp: broken
+        return None
 
 
 def _orphaned(temp: Path) -> bool:
