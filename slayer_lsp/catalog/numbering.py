@@ -7,7 +7,12 @@ and no lock (one writer: the refresh)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
+from typing import TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class Numbering:
@@ -25,3 +30,10 @@ class Numbering:
 
     def __len__(self) -> int:
         return len(self.names)
+
+
+def pick(table: Sequence[V] | Mapping[K, V], keys: Sequence[K] | Sequence[int]) -> list[V]:
+    """``[table[k] for k in keys]`` in one C call: names of many numbers, numbers of many names."""
+    if len(keys) < 2:
+        return [table[k] for k in keys]  # type: ignore[index]
+    return list(itemgetter(*keys)(table))

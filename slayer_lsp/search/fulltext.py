@@ -25,15 +25,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import compress
-from operator import itemgetter, ne
+from operator import ne
 from pathlib import Path
-from typing import Any
 
 import tantivy
 
 from slayer_lsp.catalog.ids import MEMORY_PREFIX
 from slayer_lsp.catalog.layered import LayeredMap, LayeredMutation
-from slayer_lsp.catalog.numbering import Numbering
+from slayer_lsp.catalog.numbering import Numbering, pick
 from slayer_lsp.search.fastfields import u64_values
 from slayer_lsp.search.tantivy_open import open_index
 from slayer_lsp.texts.render import RenderedDoc
@@ -72,13 +71,6 @@ class IndexState:
     digests: list[str]
     memories: list[int]
     deletions: int = 0
-
-
-def _at(table: Any, keys: list[Any]) -> list[Any]:
-    """``[table[k] for k in keys]`` in one C call."""
-    if len(keys) < 2:
-        return [table[k] for k in keys]
-    return list(itemgetter(*keys)(table))
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,9 +213,9 @@ class FullTextIndex:
         self._deletions = 0
         if _state is not None:
             self._numbers = Numbering(_state.names)
-            canonicals = _at(_state.names, _state.members)
+            canonicals = pick(_state.names, _state.members)
             members = dict.fromkeys(canonicals, "entity")
-            for cid in _at(canonicals, _state.memories):
+            for cid in pick(canonicals, _state.memories):
                 members[cid] = "memory"
             self._digests = dict(zip(canonicals, _state.digests, strict=True))
             self._kind_counts = {
@@ -302,8 +294,8 @@ class FullTextIndex:
         group = self._members.get
         return self._opstamp, IndexState(
             names=list(self._numbers.names),
-            members=_at(self._numbers.number, canonicals),
-            digests=_at(self._digests, canonicals),
+            members=pick(self._numbers.number, canonicals),
+            digests=pick(self._digests, canonicals),
             memories=[i for i, cid in enumerate(canonicals) if group(cid) == "memory"],
             deletions=self._deletions,
         )

@@ -393,13 +393,17 @@ class _Allowed:
 
 def _best_first(final: dict[str, float], wanted: int) -> Iterator[str]:
     """Ids by score (ties by id): a partial sort first, the full one only if hits were dropped."""
-    pairs = [(-score, c) for c, score in final.items()]  # compared as tuples, with no key calls
-    head = heapq.nsmallest(4 * wanted + 16, pairs)
-    for _, c in head:
+    for _, c in _in_order([(-score, c) for c, score in final.items()], 4 * wanted + 16, largest=False):
         yield c
-    if len(head) < len(pairs):
-        for _, c in sorted(pairs)[len(head) :]:
-            yield c
+
+
+def _in_order(pairs: list[tuple[float, str]], head: int, *, largest: bool) -> Iterator[tuple[float, str]]:
+    """``pairs`` sorted (compared as tuples, with no key calls; ``largest``: descending), by a
+    partial sort of the first ``head`` and the full sort only if more are read."""
+    first = heapq.nlargest(head, pairs) if largest else heapq.nsmallest(head, pairs)
+    yield from first
+    if len(first) < len(pairs):
+        yield from sorted(pairs, reverse=largest)[len(first) :]
 
 
 def _question_evidence(
@@ -601,15 +605,12 @@ def _best_leaves(catalog: Catalog, final: dict[str, float], k: int) -> list[str]
     ids first, most of which are leaves, and every id sorted only when those held too few."""
     entities = catalog.entities
     out: list[str] = []
-    pairs = [(score, c) for c, score in final.items()]
-    head = heapq.nlargest(4 * k, pairs)
-    for ranked in (head, sorted(pairs, reverse=True)[len(head) :] if len(head) < len(pairs) else ()):
-        for _, c in ranked:
-            ent = entities.get(c)
-            if ent is not None and ent.kind in LEAF_KINDS and is_leaf_id(c):
-                out.append(c)
-                if len(out) == k:
-                    return out
+    for _, c in _in_order([(score, c) for c, score in final.items()], 4 * k, largest=True):
+        ent = entities.get(c)
+        if ent is not None and ent.kind in LEAF_KINDS and is_leaf_id(c):
+            out.append(c)
+            if len(out) == k:
+                break
     return out
 
 

@@ -260,7 +260,7 @@ class SearchIndexes:
             if view.index.extends(view) and not _worth_rebuilding(view.deletions, len(view), small):
                 seed[("fulltext", ds)] = view  # exact as it is: carried on, writer and all
             else:
-                ds_docs = [doc for cid, doc in docs.items() if ds in scope.doc_scopes(catalog, cid)]
+                ds_docs = self._docs_by_datasource(catalog).get(ds, ())
                 seed[("fulltext", ds)] = _datasource_index(self.cache, ds, ds_docs, reopen=False).view()
         cache = self.cache
         snapshot = _persistent_index(cache, docs.values()) if cache is not None else None
@@ -544,9 +544,16 @@ def _save_manifest(cache: StoreCache, index: FullTextIndex, datasource: str | No
     if not cache.holds_manifest(str(index.path), index.opstamp, datasource):
         opstamp, state = index.manifest()
         manifest = TextManifest(
-            0, "", str(index.path), opstamp, state.names, state.members, state.digests, state.memories
+            format=0,  # stamped when written
+            store="",
+            directory=str(index.path),
+            opstamp=opstamp,
+            names=state.names,
+            members=state.members,
+            digests=state.digests,
+            memories=state.memories,
+            deletions=state.deletions,
         )
-        manifest.deletions = state.deletions
         cache.save_text_manifest(manifest, datasource)
     cache.collect_garbage(keep=index.path, datasource=datasource)
 

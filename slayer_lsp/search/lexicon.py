@@ -19,7 +19,7 @@ from immutables import Map
 
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import child_id, is_memory_ref
-from slayer_lsp.catalog.numbering import Numbering
+from slayer_lsp.catalog.numbering import Numbering, pick
 from slayer_lsp.search import name_stems, sampled_values
 from slayer_lsp.search.persistent import Moves, moved, note
 
@@ -170,7 +170,7 @@ class Lexicon:
             floor = np.partition(damped, len(damped) - limit)[len(damped) - limit]
             above = np.flatnonzero(damped > floor)
             ties = np.flatnonzero(damped == floor)  # the last places go to the larger ids
-            chosen = _names_at(names, found[ties].tolist())
+            chosen = pick(names, found[ties].tolist())
             wanted = limit - len(above)
             # the same names either way: a C sort beats the heap once a good share is wanted
             kept = (
@@ -178,10 +178,10 @@ class Lexicon:
                 if wanted * 8 > len(chosen)
                 else heapq.nlargest(wanted, chosen)
             )
-            pairs = list(zip(_names_at(names, found[above].tolist()), damped[above].tolist(), strict=True))
+            pairs = list(zip(pick(names, found[above].tolist()), damped[above].tolist(), strict=True))
             pairs += [(name, float(floor)) for name in kept]
         else:
-            pairs = list(zip(_names_at(names, found.tolist()), damped.tolist(), strict=True))
+            pairs = list(zip(pick(names, found.tolist()), damped.tolist(), strict=True))
         pairs.sort(key=_score_then_id, reverse=True)
         return dict(pairs)
 
@@ -260,10 +260,3 @@ def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
         terms = frozenset(sampled_values.value_terms(sampled))
         shapes = sampled_values.column_shapes(sampled, obj.type)
     return ent.canonical, stems, terms, shapes, None
-
-
-def _names_at(names: list[str], numbers: list[int]) -> list[str]:
-    """``[names[i] for i in numbers]``, in one C call."""
-    if len(numbers) < 2:
-        return [names[i] for i in numbers]
-    return list(itemgetter(*numbers)(names))
