@@ -157,6 +157,41 @@ def test_restart_renders_only_what_changed_and_matches_a_cold_start(store, monke
     assert _answers(restarted) == _answers(cold)
 
 
+def _hide_status(store):
+    model = store / "models/jaffle/orders.yaml"
+    text = model.read_text()
+    at = text.index("- name: status")
+    end = text.index("hidden: false", at)
+    model.write_text(text[:end] + "hidden: true" + text[end + len("hidden: false") :])
+
+
+EDITS_BETWEEN_RUNS = {
+    "a memory reworded": lambda store: (store / "memories/3.md").write_text(
+        (store / "memories/3.md").read_text().replace("Chicago", "Zebracorn City")
+    ),
+    "a column hidden": _hide_status,
+    "a model removed": lambda store: (store / "models/jaffle/orders.yaml").unlink(),
+    "a memory removed": lambda store: (store / "memories/3.md").unlink(),
+}
+
+
+@pytest.mark.parametrize("edit", list(EDITS_BETWEEN_RUNS), ids=list(EDITS_BETWEEN_RUNS))
+def test_texts_taken_back_by_document_match_a_cold_start(store, monkeypatch, edit):
+    """The cached texts come back a whole document at a time: whatever changed between two runs, the
+    restart holds exactly the texts (and the order) a cold start renders."""
+    first = Engine(store)
+    first.refresh()
+    first.close()
+    EDITS_BETWEEN_RUNS[edit](store)
+    rendered = _count_renders(monkeypatch)
+    restarted = Engine(store)
+    searchable = restarted.catalog.searchable_ids()
+    assert len(rendered) < len(searchable)  # the unchanged documents came from the cache
+    cold = Engine(store, use_cache=False)
+    assert _docs(restarted) == _docs(cold)
+    assert _answers(restarted) == _answers(cold)
+
+
 def test_texts_of_another_renderer_are_not_reused(store, monkeypatch):
     from slayer_lsp.search import rendered as rendered_cache
 

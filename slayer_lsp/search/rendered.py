@@ -2,10 +2,11 @@
 
 Rendering a warehouse store (400,000 columns) and digesting every text for the full-text manifest
 took 4 of a restart's 8 seconds, for texts that had not changed. ``rendered.msgpack`` in the store's
-cache keeps each entity's text with two digests: the stored document's it came from (the reader's
-``StoredDoc.digest``) and the text's (``fulltext.doc_digest``, what the index manifest compares). At
-start an entity whose document digest is unchanged takes its text from the cache; every other one
-is rendered. A datasource's text lists its models, so datasources are always rendered.
+cache keeps the texts grouped by the stored document they came from, with that document's digest
+(the reader's ``StoredDoc.digest``) and each text's digest (``fulltext.doc_digest``, what the index
+manifest compares). At start a document whose digest is unchanged gives back all its texts at once;
+every other entity is rendered. A datasource's text lists its models, so datasources are always
+rendered.
 
 The cache is trusted only for the renderer, parsers and document types that wrote it: its
 ``renderer`` stamp is a digest of their source files, so an upgrade that changes any of them renders
@@ -34,17 +35,22 @@ log = logging.getLogger(__name__)
 FILE = "rendered.msgpack"
 
 
-class CachedText(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    source: str  # digest of the stored document the entity came from
-    digest: str  # digest of the text (fulltext.doc_digest)
-    doc: RenderedDoc
+class CachedDoc(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """The texts of one stored document's searchable entities (a model and its visible leaves, or a
+    memory), in corpus order: taken back whole when the document is unchanged, with two C calls
+    rather than a Python step per entity (400,000 of them at 10,000 models)."""
+
+    source: str  # digest of the stored document the entities came from
+    ids: tuple[str, ...]  # their canonical ids, as ``docs`` holds them
+    digests: list[str]  # each text's digest (fulltext.doc_digest)
+    docs: list[RenderedDoc]
 
 
 class RenderedFile(msgspec.Struct):
     format: int
     store: str
     renderer: str
-    texts: list[CachedText]
+    texts: dict[str, CachedDoc]  # by the canonical id of each document's first entity
 
 
 @cache
@@ -72,42 +78,64 @@ def render_all(
     docs: dict[str, RenderedDoc] = {}
     known: dict[str, str] = {}
     fresh = 0
-    get_entity, last_source, last_digest = catalog.entities.get, None, None
-    for cid in catalog.searchable_ids():
-        hit = previous.get(cid)
-        if hit is not None:
+    ids = catalog.searchable_ids()
+    get_entity, at, end = catalog.entities.get, 0, len(ids)
+    while at < end:
+        cid = ids[at]
+        group = previous.get(cid)
+        if group is not None:
             ent = get_entity(cid)
-            if ent is not None and ent.kind != "datasource":
-                if ent.source is not last_source:  # a model's leaves follow it: one lookup per document
-                    last_source, last_digest = ent.source, sources.get(ent.source)
-                if last_digest == hit.source:
-                    docs[cid] = hit.doc
-                    known[cid] = hit.digest
-                    continue
+            stop = at + len(group.ids)
+            # the document is unchanged, and so are the ids it yields (a tuple compare in C)
+            if ent is not None and sources.get(ent.source) == group.source and ids[at:stop] == group.ids:
+                docs.update(zip(group.ids, group.docs, strict=True))
+                known.update(zip(group.ids, group.digests, strict=True))
+                at = stop
+                continue
         doc = render.render_entity(catalog, cid)
         if doc is not None:
             docs[cid] = doc
             fresh += doc.kind != "datasource"  # those are rendered every time
+        at += 1
     return docs, known, fresh
 
 
 def cache_file(catalog: Catalog, docs: Mapping[str, RenderedDoc], digests: Mapping[str, str]) -> RenderedFile:
-    """What the next start reads back: ``docs`` (of ``catalog``) with their text ``digests``."""
+    """What the next start reads back: ``docs`` (of ``catalog``, in corpus order) with their text
+    ``digests``, grouped by the stored document each came from. A datasource's text lists its models,
+    so datasources are left out (always rendered)."""
     sources = source_digests(catalog)
-    texts = []
+    texts: dict[str, CachedDoc] = {}
+    group: list[tuple[str, str, RenderedDoc]] = []
+    group_source = group_digest = None
+
+    def close() -> None:
+        if group and group_digest is not None:
+            ids, hashes, values = zip(*group, strict=True)
+            texts[ids[0]] = CachedDoc(group_digest, ids, list(hashes), list(values))
+        group.clear()
+
     for cid, doc in docs.items():
         ent = catalog.get(cid)
         digest = digests.get(cid)
         if ent is None or digest is None or ent.kind == "datasource":
+            close()
+            group_source = group_digest = None
             continue
-        source = sources.get(ent.source)
-        if source is not None:
-            texts.append(CachedText(source, digest, doc))
+        if ent.source != group_source:
+            close()
+            group_source, group_digest = ent.source, sources.get(ent.source)
+        group.append((cid, digest, doc))
+    close()
     return RenderedFile(0, "", renderer_stamp(), texts)
 
 
-def _load(cache: StoreCache) -> dict[str, CachedText]:
+def _load(cache: StoreCache) -> dict[str, CachedDoc]:
     value = cache.read_file(FILE, RenderedFile)
     if value is None or value.renderer != renderer_stamp():
         return {}
-    return {t.doc.canonical: t for t in value.texts}
+    texts = value.texts
+    if any(len(t.ids) != len(t.docs) or len(t.ids) != len(t.digests) for t in texts.values()):
+        log.warning("discarding a broken cache file %s: groups of unequal lengths", cache.root / FILE)
+        return {}
+    return texts

@@ -45,8 +45,9 @@ from slayer_lsp.store.locate import StoreLocation
 log = logging.getLogger(__name__)
 
 # 2: documents bounded by store.limits (a cache of format 1 may hold unbounded ones); 3: index
-# manifests as parallel lists (a dict of 400,000 tuples took a quarter second to decode)
-FORMAT = 3
+# manifests as parallel lists (a dict of 400,000 tuples took a quarter second to decode); 4: rendered
+# texts grouped by stored document
+FORMAT = 4
 
 
 def cache_dir(location: StoreLocation) -> Path | None:
