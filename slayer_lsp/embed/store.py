@@ -360,6 +360,16 @@ class VectorStore:
         ``model`` is given. Returns the number of rows deleted."""
         return self.delete_many([canonical_id], model=model)
 
+    def delete_model(self, model: str) -> int:
+        """Delete every row of ``model``; returns how many."""
+        if not self.path.is_file():
+            return 0
+        with self._write() as conn:
+            return (
+                conn.execute(f"DELETE FROM {self.table} WHERE embedding_model_name = ?", (model,)).rowcount
+                or 0
+            )
+
     def delete_many(self, canonical_ids: Iterable[str], *, model: str | None = None) -> int:
         roots = list(dict.fromkeys(canonical_ids))
         if not roots or not self.path.is_file():
@@ -404,4 +414,7 @@ class MemoryStore:
         return 0
 
     def delete_many(self, canonical_ids: Iterable[str], **_: object) -> int:
+        return 0
+
+    def delete_model(self, model: str) -> int:
         return 0
