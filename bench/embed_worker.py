@@ -166,7 +166,7 @@ def watch(run: Run, worker: Any, catalog: Any, poll: float = 0.25) -> None:
 def batching(texts: list[str], rev: str, reps: int, threads: int | None = 1) -> None:
     """The provider alone on the same texts: called as the old worker called it (32 texts as they
     come; the old provider's 4,096-token batches) and as a lane calls it now (a window of 256 texts
-    sorted by length, calls of 32; batches of ~256 tokens). Texts per CPU second, medians."""
+    sorted by length, calls of 32; each text run alone on the int8 form). Texts per CPU second, medians."""
     from slayer_lsp.embed.providers import MiniLMProvider
 
     providers = module_at(rev, "slayer_lsp/embed/providers.py", "bench_before_providers")

@@ -20,6 +20,7 @@ def _private_cache_dir(tmp_path_factory):
     import os
 
     os.environ["SLAYER_LSP_CACHE_DIR"] = str(tmp_path_factory.mktemp("slayer-lsp-cache"))
+    os.environ["SLAYER_LSP_MODEL_DIR"] = str(tmp_path_factory.mktemp("slayer-lsp-models"))
 
 
 @pytest.fixture(scope="session")

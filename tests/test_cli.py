@@ -133,7 +133,7 @@ def test_embed_status_and_dense_search(tmp_path):
     out = run("embed", "--storage", str(store))
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(
-        f"local/all-MiniLM-L6-v2-int8: {n} rows, {distinct} embedded now, {n - distinct} reused"
+        f"local/all-MiniLM-L6-v2-int8-dyn: {n} rows, {distinct} embedded now, {n - distinct} reused"
     )
     status = json.loads(run("status", "--storage", str(store), "--format", "json").stdout)
     assert status["embedding"]["rows"] == n and status["embedding"]["dim"] == 384

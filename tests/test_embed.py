@@ -256,7 +256,8 @@ def test_minilm_vectors_are_unit_rows_and_batch_independent(minilm):
 def test_minilm_matches_the_fp32_reference_model(minilm):
     ours = minilm.embed(list(REFERENCE_TEXTS))
     for text, vec in zip(REFERENCE_TEXTS, ours, strict=True):
-        assert cosine(vec, _stored_reference(text)) > 0.995, text  # int8 weights: measured >= 0.998
+        # int8 weights and activations: measured >= 0.993 (int8 weights with float products: >= 0.998)
+        assert cosine(vec, _stored_reference(text)) > 0.99, text
 
 
 def test_stored_reference_vectors_come_from_the_reference_wheel(minilm):
@@ -932,6 +933,26 @@ def test_worker_switches_model_explicitly(yaml_store):
         assert w.search("Name is city.", k=3).warnings == ()
 
 
+def test_a_model_replaces_the_earlier_form_it_supersedes_without_waiting(yaml_store):
+    """The bundled model's int8 form supersedes its float form: an upgrade re-embeds at once, and
+    the rows it replaces leave the table, while another model's rows would still make it wait."""
+    cat = load_catalog(yaml_store)
+    with make_worker(yaml_store, FakeProvider(8, name="fake/first"), items=lambda: CatalogItems(cat)) as w:
+        assert w.wait_idle(30)
+        n = w.status().rows
+    successor = FakeProvider(8, name="fake/second")
+    successor.supersedes = ("fake/first",)  # type: ignore[attr-defined]
+    with make_worker(yaml_store, successor, items=lambda: CatalogItems(cat)) as w:
+        assert w.wait_idle(30)
+        st = w.status()
+        assert (st.state, st.model, st.rows) == ("idle", "fake/second", n) and successor.calls > 0
+        assert w.store.model_counts() == {"fake/second": n}
+    other = FakeProvider(8, name="fake/other")
+    other.supersedes = ("fake/first",)  # type: ignore[attr-defined]
+    with make_worker(yaml_store, other, items=lambda: CatalogItems(cat)) as w:
+        assert w.wait_idle(10) and w.status().state == "blocked"  # fake/second is not its own
+
+
 def test_worker_waits_for_an_explicit_switch(yaml_store):
     cat = load_catalog(yaml_store)
     with make_worker(yaml_store, FakeProvider(8, name="fake/first"), items=lambda: CatalogItems(cat)) as w:
@@ -1136,7 +1157,7 @@ def test_round_trip_with_slayers_table_code(store_path, tmp_path):
     ours = [EmbedItem(i.canonical_id, i.kind, i.text) for i in CatalogItems(cat)]
     vectors = {i.canonical_id: rng.standard_normal(384).astype(np.float32) for i in ours}
     store.upsert(
-        "local/all-MiniLM-L6-v2-int8",
+        "local/all-MiniLM-L6-v2-int8-dyn",
         [NewVector(i.canonical_id, i.kind, content_hash(i.text), vectors[i.canonical_id]) for i in ours],
     )
     theirs = [
@@ -1154,7 +1175,7 @@ def test_round_trip_with_slayers_table_code(store_path, tmp_path):
     spec = {
         "backend": "yaml" if store_path.is_dir() else "sqlite",
         "path": str(store_path),
-        "model": "local/all-MiniLM-L6-v2-int8",
+        "model": "local/all-MiniLM-L6-v2-int8-dyn",
         "their_model": "openai/text-embedding-3-small",
         "write": theirs,
         "delete": "memory:1",
@@ -1196,7 +1217,7 @@ def test_round_trip_with_slayers_table_code(store_path, tmp_path):
         assert content_hash(memory_text(cat.memory(mem_id))) == digest, mem_id
     # SLayer's cascade and ours agree: memory:1 went, memory:10..12 stayed
     assert out["deleted"] == 1
-    left = dict(store.hashes("local/all-MiniLM-L6-v2-int8"))
+    left = dict(store.hashes("local/all-MiniLM-L6-v2-int8-dyn"))
     assert "memory:1" not in left and {"memory:10", "memory:11", "memory:12"} <= set(left)
 
 

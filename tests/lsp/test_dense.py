@@ -61,7 +61,7 @@ async def test_meaning_is_found_once_the_worker_has_embedded(client):
         lambda: status(client), embedded, "the worker to embed the store", timeout=EMBED_WAIT_S
     )
     e = s["embedding"]
-    assert e["model"] == "local/all-MiniLM-L6-v2-int8" and e["dim"] == 384 and e["failed"] == 0
+    assert e["model"] == "local/all-MiniLM-L6-v2-int8-dyn" and e["dim"] == 384 and e["failed"] == 0
     assert e["rows"] == e["embedded"] + e["reused"] and e["warnings"] == []
     assert e["store"] == str(client.store / "embeddings.db")
     assert s["options"]["embedding"] == {"enable": True, "model": None, "switchModel": False}
