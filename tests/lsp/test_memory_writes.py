@@ -4,6 +4,8 @@ what motley-slayer itself loads; bad params answer -32602, a store that refuses 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import pytest_asyncio
 from lsprotocol import types as t
@@ -70,6 +72,24 @@ async def test_saved_memory_is_searchable_at_once_and_loads_in_slayer(client):
     assert gone == {"forgotten": True}
     assert saved["id"] not in await search_ids(client, "zanzibar refunds")
     assert await request(client, "slayer/forgetMemory", {"id": saved["id"]}) == {"forgotten": False}
+
+
+async def test_answers_outside_ascii_are_framed_by_their_bytes(client):
+    """Answers are written already encoded, as UTF-8: the frame's Content-Length counts bytes, so a
+    client reads the next message where it starts (a count of characters would cut this one short)."""
+    learning = "Crème brûlée orders from 東京 ship by ☕ courier; 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 notes stay as written."
+    saved = await request(
+        client, "slayer/saveMemory", {"learning": learning, "entities": ["orders"], "id": "kb.utf8"}
+    )
+    try:
+        found = await request(client, "slayer/search", {"question": "crème brûlée 東京 courier"})
+        hit = next(h for h in found["results"] if h["id"] == saved["id"])
+        assert learning in json.dumps(hit, ensure_ascii=False)
+        (item,) = (await request(client, "slayer/inspect", {"refs": [f"memory:{saved['id']}"]}))["items"]
+        assert learning in json.dumps(item, ensure_ascii=False)
+        assert (await request(client, "slayer/status", {}))["ready"] is True  # the stream is still in step
+    finally:
+        await request(client, "slayer/forgetMemory", {"id": saved["id"]})
 
 
 @needs_slayer

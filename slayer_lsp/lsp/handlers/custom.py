@@ -22,6 +22,7 @@ from slayer_lsp.analysis import impact as imp
 from slayer_lsp.analysis import navigation as nav
 from slayer_lsp.lsp import convert
 from slayer_lsp.lsp.errors import REQUEST_FAILED, Refused
+from slayer_lsp.lsp.protocol import encoded
 from slayer_lsp.lsp.state import SlayerLanguageServer
 
 if TYPE_CHECKING:
@@ -47,15 +48,15 @@ async def _writable(ls: SlayerLanguageServer) -> tuple[Engine, State]:
     return ls.live_engine(), state
 
 
-async def search(ls: SlayerLanguageServer, params: SearchParams) -> dict[str, Any]:
+async def search(ls: SlayerLanguageServer, params: SearchParams) -> msgspec.Raw:
     from slayer_lsp.search.types import SearchError
 
     engine = await _engine(ls)
     cancel = threading.Event()
 
-    def work() -> dict[str, Any]:
+    def work() -> msgspec.Raw:
         try:
-            return msgspec.to_builtins(engine.search(params, cancel))
+            return encoded(engine.search(params, cancel))
         except SearchError as exc:
             raise Refused(str(exc)) from exc
 
@@ -66,21 +67,21 @@ async def search(ls: SlayerLanguageServer, params: SearchParams) -> dict[str, An
         raise
 
 
-async def search_facets(ls: SlayerLanguageServer, params: SearchFacetsParams) -> dict[str, Any]:
+async def search_facets(ls: SlayerLanguageServer, params: SearchFacetsParams) -> msgspec.Raw:
     from slayer_lsp.search.types import SearchError
 
     engine = await _engine(ls)
 
-    def work() -> dict[str, Any]:
+    def work() -> msgspec.Raw:
         try:
-            return msgspec.to_builtins(engine.search_facets(params))
+            return encoded(engine.search_facets(params))
         except SearchError as exc:
             raise Refused(str(exc)) from exc
 
     return await asyncio.to_thread(work)
 
 
-async def inspect(ls: SlayerLanguageServer, params: p.InspectRequestParams) -> dict[str, Any]:
+async def inspect(ls: SlayerLanguageServer, params: p.InspectRequestParams) -> msgspec.Raw:
     """Each reference's item with its store location."""
     from slayer_lsp.analysis.inspect import inspect_refs
 
@@ -90,7 +91,7 @@ async def inspect(ls: SlayerLanguageServer, params: p.InspectRequestParams) -> d
         raise Refused(str(exc)) from exc
     engine = await _engine(ls)
 
-    def work() -> dict[str, Any]:
+    def work() -> msgspec.Raw:
         catalog = engine.catalog
         items = [
             convert.located_item(
@@ -98,23 +99,23 @@ async def inspect(ls: SlayerLanguageServer, params: p.InspectRequestParams) -> d
             )
             for item in inspect_refs(catalog, refs)
         ]
-        return msgspec.to_builtins(p.InspectResult(items=items))
+        return encoded(p.InspectResult(items=items))
 
     return await asyncio.to_thread(work)
 
 
-async def impact(ls: SlayerLanguageServer, params: p.ImpactParams) -> dict[str, Any]:
+async def impact(ls: SlayerLanguageServer, params: p.ImpactParams) -> msgspec.Raw:
     if not params.entity:
         raise Refused("'entity' must be a canonical id (a non-empty string)")
     engine = await _engine(ls)
     snaps = ls.open_snapshots()
 
-    def work() -> dict[str, Any]:
+    def work() -> msgspec.Raw:
         try:
             found = imp.impact(engine.catalog, params.entity, ls.workspace_docs(snaps))
         except imp.ImpactError as exc:
             raise Refused(str(exc)) from exc
-        return msgspec.to_builtins(convert.impact_result(ls, found))
+        return encoded(convert.impact_result(ls, found))
 
     return await asyncio.to_thread(work)
 
@@ -166,7 +167,7 @@ async def status(ls: SlayerLanguageServer, params: p.StatusParams) -> dict[str, 
     return out
 
 
-async def save_memory(ls: SlayerLanguageServer, params: p.SaveMemoryParams) -> dict[str, Any]:
+async def save_memory(ls: SlayerLanguageServer, params: p.SaveMemoryParams) -> msgspec.Raw:
     """Save (or upsert) a memory exactly as SLayer would, then refresh the engine so that the next
     search, hover or diagnostic sees it."""
     from slayer_lsp.writer import scoped as writes
@@ -177,7 +178,7 @@ async def save_memory(ls: SlayerLanguageServer, params: p.SaveMemoryParams) -> d
         raise Refused(str(exc)) from exc
     engine, state = await _writable(ls)
 
-    def work() -> dict[str, Any]:
+    def work() -> msgspec.Raw:
         saved = writes.save(
             engine,
             state,
@@ -188,7 +189,7 @@ async def save_memory(ls: SlayerLanguageServer, params: p.SaveMemoryParams) -> d
             description=params.description,
         )
         writes.refresh_after_write(engine, saved.touched)
-        return msgspec.to_builtins(
+        return encoded(
             p.SaveMemoryResult(
                 id=saved.id, entities=saved.entities, created=saved.created, warnings=saved.warnings
             )
@@ -199,19 +200,19 @@ async def save_memory(ls: SlayerLanguageServer, params: p.SaveMemoryParams) -> d
     return result
 
 
-async def forget_memory(ls: SlayerLanguageServer, params: p.ForgetMemoryParams) -> dict[str, Any]:
+async def forget_memory(ls: SlayerLanguageServer, params: p.ForgetMemoryParams) -> msgspec.Raw:
     """Forget a memory (and its ``memory:<id>`` tags on other memories, and its embedding rows) as
     SLayer would, then refresh the engine. ``{"forgotten": false}`` when no such memory exists."""
     from slayer_lsp.writer import scoped as writes
 
     engine, state = await _writable(ls)
 
-    def work() -> dict[str, Any]:
+    def work() -> msgspec.Raw:
         # outside the session's scope (hidden, or a file that does not load): as if there were none
         forgotten = writes.forget(engine, state, params.id)
         if forgotten:
             writes.refresh_after_write(engine, None)  # other memories may have lost a tag: re-list them all
-        return msgspec.to_builtins(p.ForgetMemoryResult(forgotten=forgotten))
+        return encoded(p.ForgetMemoryResult(forgotten=forgotten))
 
     result = await asyncio.to_thread(work)
     ls.diagnostics.republish_all()
