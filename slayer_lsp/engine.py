@@ -96,7 +96,7 @@ WARM_YIELD_MAX_S = 5.0  # the longest the warm-up waits for searches to pause be
 
 
 class SearchesInFlight:
-    """How many searches run now. The warm-up (a datasource index at a time, pure Python under the
+    """How many searches (ranked answers: ``search`` and ``search_facets``) run now. The warm-up (a datasource index at a time, pure Python under the
     interpreter lock) waits for a pause in them before each step: run side by side, a search would
     take twice its time while the warm-up holds the lock half of it."""
 
@@ -585,7 +585,8 @@ class Engine:
 
         p = params if isinstance(params, SearchFacetsParams) else parse_facets_params(params)
         state = self.state
-        return search_facets(state.catalog, state.search, p)
+        with self.searches:
+            return search_facets(state.catalog, state.search, p)
 
 
 def _merged(before: Catalog, after: Catalog, deltas: list[Delta]) -> Delta:

@@ -61,11 +61,24 @@ def test_the_wait_lasts_while_a_search_runs_and_no_longer_than_its_limit():
     assert 0.15 <= time.monotonic() - t0 < 1.0
 
 
-def test_a_search_is_counted_while_it_runs(engine, monkeypatch):
-    from slayer_lsp.search import pipeline
+RANKED_REQUESTS = {
+    "search": ("slayer_lsp.search.pipeline", "search", {"question": "customers"}),
+    "search_facets": (
+        "slayer_lsp.search.facet_ranking",
+        "search_facets",
+        {"facets": {"meaning": "customer"}, "kind": "column"},
+    ),
+}
 
+
+@pytest.mark.parametrize("method", list(RANKED_REQUESTS))
+def test_a_search_is_counted_while_it_runs(engine, monkeypatch, method):
+    import importlib
+
+    module_name, function, params = RANKED_REQUESTS[method]
+    module = importlib.import_module(module_name)
     seen: list[bool] = []
-    real = pipeline.search
+    real = getattr(module, function)
 
     def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         waiter = threading.Thread(target=engine_wait, args=(seen,))
@@ -78,8 +91,8 @@ def test_a_search_is_counted_while_it_runs(engine, monkeypatch):
         engine.searches.wait_idle(limit_s=0.2)
         out.append(time.monotonic() - t0 >= 0.15)  # it waited: the search was in flight
 
-    monkeypatch.setattr(pipeline, "search", spy)
-    engine.search({"question": "customers"})
+    monkeypatch.setattr(module, function, spy)
+    getattr(engine, method)(params)
     assert seen == [True]
     t0 = time.monotonic()
     engine.searches.wait_idle(limit_s=0.2)
