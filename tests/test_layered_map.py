@@ -7,15 +7,16 @@ import random
 
 import pytest
 
-from slayer_lsp.catalog.layered import LayeredMap
+from slayer_lsp.catalog.layered import LayeredMap, getter
 
 
 def _same(layered: LayeredMap, expected: dict[str, str]) -> None:
     assert dict(layered.pairs()) == dict(layered.items()) == expected
     assert len(layered) == len(expected)
+    fast = getter(layered)
     for key in [*expected, "absent", "x3", "x997"]:
         assert (key in layered) == (key in expected)
-        assert layered.get(key) == expected.get(key)
+        assert layered.get(key) == expected.get(key) == fast(key)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -15,6 +15,7 @@ notes) is updated from the change, never recounted.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -23,7 +24,7 @@ from typing import TypeVar
 import msgspec
 
 from slayer_lsp.catalog.ids import memory_ref, name_of, parent_of
-from slayer_lsp.catalog.layered import LayeredMap, LayeredMutation
+from slayer_lsp.catalog.layered import LayeredMap, LayeredMutation, getter
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.locate import StoreLocation
 from slayer_lsp.store.reader import PRIORITY_KEY, DocKey, LoadIssue, Source, StoredDoc, StoreRead
@@ -184,19 +185,27 @@ class Catalog:
                 del docs[key]
                 if key.kind == "model":
                     models_gone.add(key.name)
+        # a first build: every entity is new, and none is counted yet
+        first = entities if isinstance(entities, dict) else None
         for key in changed_keys:
             doc = new_docs[key]
             docs[key] = doc
             doc_issues += len(doc.issues)
             made = list(_doc_entities(doc))
-            for ent in made:
-                after[ent.canonical] = ent
-                if ent.canonical not in entities:
-                    counts[ent.kind] = counts.get(ent.kind, 0) + 1
-                entities[ent.canonical] = ent
+            if first is not None:
+                first.update([(ent.canonical, ent) for ent in made])
+            else:
+                for ent in made:
+                    after[ent.canonical] = ent
+                    if ent.canonical not in entities:
+                        counts[ent.kind] = counts.get(ent.kind, 0) + 1
+                    entities[ent.canonical] = ent
             self._link(doc, made, children, ds_models, by_name)
             if key.kind == "model":
                 models_new.add(key.name)
+        if first is not None:  # counted and listed once, in C, rather than per entity above
+            after = first
+            counts = dict(Counter([ent.kind for ent in first.values()]))
         for ds, mids in ds_models.items():
             children[ds] = tuple(sorted(mids))
         for key in removed_keys + changed_keys:
@@ -437,11 +446,13 @@ class Catalog:
 
         def build() -> tuple[str, ...]:
             out: list[str] = sorted(self.datasources)
+            entity = getter(self.entities)
+            children = self.children_of.get
             for mid, model in self.models.items():
                 if model.hidden:
                     continue
                 out.append(mid)
-                out.extend(c for c in self.children(mid) if not self.entities[c].hidden)
+                out.extend([c for c in children(mid, ()) if not entity(c).hidden])  # type: ignore[union-attr]
             out.extend(memory_ref(m) for m in self.memory_order)
             return tuple(out)
 
