@@ -96,9 +96,10 @@ WARM_YIELD_MAX_S = 5.0  # the longest the warm-up waits for searches to pause be
 
 
 class SearchesInFlight:
-    """How many searches (ranked answers: ``search`` and ``search_facets``) run now. The warm-up (a datasource index at a time, pure Python under the
-    interpreter lock) waits for a pause in them before each step: run side by side, a search would
-    take twice its time while the warm-up holds the lock half of it."""
+    """How many searches (ranked answers: ``search`` and ``search_facets``) run now. The warm-up (a
+    datasource index at a time, pure Python under the interpreter lock) waits for a pause in them
+    before each step: run side by side, a search would take twice its time while the warm-up holds
+    the lock half of it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -463,19 +464,12 @@ class Engine:
                 "cannot record the on-disk caches (%s: %s); serving from memory", type(exc).__name__, exc
             )
 
-    def compact(self, *, exclusive: bool = False) -> bool:
+    def compact(self) -> bool:
         """Rebuild the full-text indexes so their statistics match a fresh build; requests keep
         being answered from the current state meanwhile, and refreshes keep coming: the rebuild is
         then brought up to date with the changes they made before it is swapped in (so an edit never
         waits for a rebuild, which takes seconds at 1,000 models and half a minute at 10,000).
-        Returns True when a rebuild was swapped in. ``exclusive``: refreshes wait for the rebuild
-        instead (the one-shot callers that want a compacted state and nothing else meanwhile)."""
-        if exclusive:
-            with self._lock:
-                return self._compact()
-        return self._compact()
-
-    def _compact(self) -> bool:
+        Returns True when a rebuild was swapped in."""
         changes: list[Delta] = []  # what the refreshes during the rebuild changed, in order
         with self._lock:
             state = self._state
