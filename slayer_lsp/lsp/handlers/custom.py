@@ -120,7 +120,7 @@ async def impact(ls: SlayerLanguageServer, params: p.ImpactParams) -> msgspec.Ra
     return await asyncio.to_thread(work)
 
 
-async def status(ls: SlayerLanguageServer, params: p.StatusParams) -> dict[str, Any]:
+async def status(ls: SlayerLanguageServer, params: p.StatusParams) -> msgspec.Raw:
     """``slayer-lsp status``'s report of the engine (once the first index is done) plus what only the
     server knows: readiness, options, open documents, the watcher. Answers at once, even mid-index."""
     from slayer_lsp.status import engine_status
@@ -142,7 +142,10 @@ async def status(ls: SlayerLanguageServer, params: p.StatusParams) -> dict[str, 
             )
             return data
 
-        out.update(await asyncio.to_thread(report))
+        if engine.dense is None and state.catalog.kind_counts is not None:
+            out.update(report())  # nothing to wait for or count: a thread's two wake-ups cost more
+        else:  # the embedding worker's lock, or a first count of every entity
+            out.update(await asyncio.to_thread(report))
     scope = ls.session_scope()
     out.update(
         {
@@ -164,7 +167,7 @@ async def status(ls: SlayerLanguageServer, params: p.StatusParams) -> dict[str, 
             "uptime_s": round(time.time() - ls.started, 1),
         }
     )
-    return out
+    return encoded(out)
 
 
 async def save_memory(ls: SlayerLanguageServer, params: p.SaveMemoryParams) -> msgspec.Raw:
