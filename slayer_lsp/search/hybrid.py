@@ -514,21 +514,25 @@ def _route(sc: _Scores, changed: set[str] | None = None) -> None:
             continue  # a datasource
         if is_model:
             todo.add(cid)
-        else:
-            todo.add(parent)
-            group = members.setdefault(parent, [])
-            if changed is None or cid not in group:
-                group.append(cid)
+            continue
+        todo.add(parent)
+        group = members.get(parent)
+        if group is None:
+            members[parent] = [cid]
+        elif changed is None or cid not in group:
+            group.append(cid)
     sc.leaves = members
-    own = sc.own
-    table_scores = sc.table
-    for table in sorted(todo):  # sorted: float sums never follow the hash seed
-        best = sorted([own[c] for c in members.get(table, ())], reverse=True)[:TABLE_LEAVES]
-        table_scores[table] = sum(best) / TABLE_LEAVES + 0.5 * own.get(table, 0.0)
+    own, table_scores, datasources = sc.own, sc.table, sc.datasource
+    no_leaves: list[str] = []
     for table in todo:
-        score, ds = sc.table[table], datasource_of(table)
-        if score > sc.datasource[ds]:
-            sc.datasource[ds] = score
+        scored = [own[c] for c in members.get(table, no_leaves)]
+        if len(scored) > min(TABLE_LEAVES, 2):  # two floats add up the same either way round
+            scored = sorted(scored, reverse=True)[:TABLE_LEAVES]
+        score = sum(scored) / TABLE_LEAVES + 0.5 * own.get(table, 0.0)
+        table_scores[table] = score
+        ds = datasource_of(table)
+        if score > datasources[ds]:
+            datasources[ds] = score
 
 
 @lru_cache(maxsize=1 << 16)
