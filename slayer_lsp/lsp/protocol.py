@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from typing import Any
 
 import msgspec
@@ -67,6 +68,16 @@ def encoded(result: Any) -> msgspec.Raw:
     """A request's result as JSON, encoded once where it is made (msgspec structs and builtins);
     ``SlayerProtocol`` writes it into the response as it is."""
     return msgspec.Raw(_encode(result))
+
+
+class _WrittenEarly:
+    """What a handler returns when its worker thread has written the answer already."""
+
+    def __repr__(self) -> str:
+        return "WRITTEN_EARLY"
+
+
+WRITTEN_EARLY: Any = _WrittenEarly()
 
 
 def valid_id(value: Any) -> bool:
@@ -154,6 +165,37 @@ class SlayerProtocol(LanguageServerProtocol):
         super().__init__(*args, **kwargs)
         self.initialize_seen = False
         self.shutdown_seen = False
+        # requests whose worker thread may write the answer itself (``early_answer``): id -> "running",
+        # "written" (by the worker), or "answered" (by the loop first: cancelled; the worker must not)
+        self._early: dict[Any, str] = {}
+        self._early_lock = threading.Lock()
+
+    def early_answer(self) -> Any:
+        """On the event loop, in a request's handler: the request's id, registered so that its worker
+        thread may write the answer the moment it is made (``write_early``), without waiting for the
+        loop to wake up (~0.3 ms after an idle spell). None outside a request."""
+        msg_id = self._ctx_msg_id.get(None)
+        if msg_id is not None:
+            with self._early_lock:
+                self._early[msg_id] = "running"
+        return msg_id
+
+    def write_early(self, msg_id: Any, result: msgspec.Raw) -> bool:
+        """From the worker thread: write the answer now, unless the loop has answered the request
+        already (it was cancelled). Exactly one of the two answers."""
+        with self._early_lock:
+            if self._early.get(msg_id) != "running":
+                self._early.pop(msg_id, None)
+                return False
+            self._early[msg_id] = "written"
+        self._send_encoded(b'{"jsonrpc":"2.0","id":%b,"result":%b}' % (_encode(msg_id), result))
+        return True
+
+    def end_early(self, msg_id: Any) -> None:
+        """From the worker thread, when it wrote nothing (it failed): the loop answers as usual."""
+        with self._early_lock:
+            if self._early.get(msg_id) != "written":
+                self._early.pop(msg_id, None)
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         return data  # the decoder's object hook: see handle_message
@@ -167,6 +209,18 @@ class SlayerProtocol(LanguageServerProtocol):
             log.exception("dropped a message that could not be handled")
 
     def _send_response(self, msg_id: Any, result: Any = None, error: Any = None) -> None:
+        if self._early:
+            with self._early_lock:
+                state = self._early.get(msg_id)
+                if state == "written":  # the worker wrote the answer; a cancel that came after is moot
+                    del self._early[msg_id]
+                    self._result_types.pop(msg_id, None)
+                    return
+                if state == "running":  # answered here first: the worker's answer is dropped
+                    self._early[msg_id] = "answered"
+        if result is WRITTEN_EARLY:  # registered by another protocol (never here): nothing to send
+            log.error("request %r: an answer written early was lost", msg_id)
+            return
         if error is None and isinstance(result, msgspec.Raw):
             self._result_types.pop(msg_id, None)
             self._send_encoded(b'{"jsonrpc":"2.0","id":%b,"result":%b}' % (_encode(msg_id), result))
