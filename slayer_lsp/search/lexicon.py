@@ -11,6 +11,7 @@ import math
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from operator import itemgetter
 from typing import TypeVar
 
@@ -76,11 +77,11 @@ class Lexicon:
             if ent is None or ent.hidden or ent.kind not in (*LEAF_KINDS, "model"):
                 continue
             canonical, name_stems_, value_terms, value_shapes, model_joins = _entry(catalog, ent)
-            entries.append(
+            entries.append(  # interned where they are made (and cached there): shared here
                 (
                     canonical,
-                    _shared(same, tuple(sys.intern(s) for s in name_stems_)),
-                    _shared(same, frozenset(sys.intern(t) for t in value_terms)),
+                    _shared(same, name_stems_),
+                    _shared(same, value_terms),
                     _shared(same, value_shapes),
                     model_joins,
                 )
@@ -239,7 +240,7 @@ def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
     obj = ent.obj
     label = getattr(obj, "label", None)
     if ent.kind == "model":
-        model_stems = name_stems.name_stems(obj.name, None, obj.description)
+        model_stems = list(name_stems.name_stems(obj.name, None, obj.description))
         if obj.description:
             model_stems = list(dict.fromkeys(model_stems + name_stems.stems(obj.description)))
         joins = []
@@ -251,12 +252,24 @@ def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
             k_here, k_there = child_id(ent.canonical, here), child_id(other, there)
             if k_here in catalog.entities and k_there in catalog.entities:
                 joins.append((other, k_here, k_there))
-        return ent.canonical, tuple(model_stems), frozenset(), frozenset(), tuple(joins)
-    stems = tuple(name_stems.name_stems(obj.name, label, getattr(obj, "description", None)))
-    terms: frozenset[str] = frozenset()
-    shapes: frozenset[str] = frozenset()
-    if ent.kind == "column":
-        sampled = [str(v) for v in (obj.sampled_values or [])]
-        terms = frozenset(sampled_values.value_terms(sampled))
-        shapes = sampled_values.column_shapes(sampled, obj.type)
+        return (
+            ent.canonical,
+            tuple(sys.intern(s) for s in model_stems),
+            frozenset(),
+            frozenset(),
+            tuple(joins),
+        )
+    stems = name_stems.name_stems(obj.name, label, getattr(obj, "description", None))
+    if ent.kind != "column":
+        return ent.canonical, stems, frozenset(), frozenset(), None
+    terms, shapes = _column_values(tuple(str(v) for v in (obj.sampled_values or ())), obj.type)
     return ent.canonical, stems, terms, shapes, None
+
+
+@lru_cache(maxsize=1 << 14)
+def _column_values(sampled: tuple[str, ...], type_name: str | None) -> tuple[frozenset[str], frozenset[str]]:
+    """A column's value terms (interned) and value shapes. Cached: sample sets repeat across a
+    warehouse (flags, statuses, the generator's few dozen)."""
+    values = list(sampled)
+    terms = frozenset(sys.intern(t) for t in sampled_values.value_terms(values))
+    return terms, sampled_values.column_shapes(values, type_name)

@@ -10,6 +10,7 @@ stemmer, the same the full-text channel uses, so both channels agree on what a w
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from collections.abc import Iterable
 from functools import lru_cache
@@ -90,9 +91,12 @@ def expansions(tokens: Iterable[str], prose: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def name_stems(name: str, label: str | None = None, description: str | None = None) -> list[str]:
+@lru_cache(maxsize=1 << 16)
+def name_stems(name: str, label: str | None = None, description: str | None = None) -> tuple[str, ...]:
     """The stems an entity's name stands for: its split name, its label, and the words of its label
-    and description its short name parts abbreviate."""
+    and description its short name parts abbreviate. Cached: a warehouse repeats its column names
+    (``id``, ``created_at``) thousands of times, and the lexicon of 1,000 models asks ~40k names
+    of which ~6k differ."""
     split = split_identifier(name)
     parts = [split, label or ""]
     prose = f"{label or ''} {description or ''}"
@@ -101,4 +105,4 @@ def name_stems(name: str, label: str | None = None, description: str | None = No
     out: list[str] = []
     for part in parts:
         out.extend(stems(part))
-    return list(dict.fromkeys(out))
+    return tuple(sys.intern(s) for s in dict.fromkeys(out))
