@@ -11,11 +11,11 @@ channels only (the embedding worker off), and every figure is a round trip throu
 * cold start: spawn -> ``slayer/status`` ready, with an empty cache directory; then the first search,
   and the time until the start-up's background work is done (``warming`` false: each datasource
   indexed apart), which the cold daemon lives through, as a session does;
-* restart with the on-disk cache (the same cache directory, a new daemon);
+* restart with the on-disk cache (the same cache directory, a new daemon), and its first search;
 * peak RSS (VmHWM) of the daemon over the whole run;
 * ``slayer/search`` p50/p99 for the default ranking (``hybrid``) and ``slayer`` over a fixed pool of
-  questions made from the catalog's own names, with and without a datasource: from the moment the
-  daemon is ready (its background warm-up still running), and again at the end, warm;
+  questions made from the catalog's own names, with and without a datasource: right after the
+  restart's first search (its background warm-up still running), and again at the end, warm;
 * completion after ``ds.`` and ``ds.model.`` and hover p50/p99 on open query documents;
 * ``slayer/status`` p50;
 * edit -> visible: SLayer adds a column to a model (or saves a memory) in the store; the clock runs
@@ -185,6 +185,9 @@ def bench_one(
     client.close()
     client, restart_s = spawn(copy, cache, work / f"server-{backend}.log")
     try:
+        # ready is the catalog and the full-text indexes: the default ranking's other indexes (the
+        # lexicon, the memory pieces) are built by then in the background, and the first search waits
+        restart_search_s = timed(client, "slayer/search", pool[1])
         rows = [
             [
                 "cold start -> first complete index (empty cache)",
@@ -202,6 +205,7 @@ def bench_one(
                 "",
                 f"target {TARGETS_10K['restart']:.0f} s at 10k",
             ],
+            ["first search after the restart", 1, ms(restart_search_s), "", ""],
         ]
         for ranking in ("hybrid", "slayer"):
             times = [
