@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,15 +124,35 @@ def _answers(out: bytes) -> dict[object, dict]:
     return found
 
 
-def _answer(proc: subprocess.Popen[bytes], parser: FrameParser, wanted: object) -> dict:
-    assert proc.stdout is not None
-    while True:
-        data = os.read(proc.stdout.fileno(), 1 << 16)
-        assert data, "the daemon ended its output"
-        for f in parser.feed(data):
-            msg = json.loads(f.body or b"null")
-            if isinstance(msg, dict) and msg.get("id") == wanted:
-                return msg
+class _Reader:
+    """The daemon's output as it comes, every message kept: answers may come in any order (a parse
+    error is written at once, before the answer of a request sent ahead of it)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        self.fd = proc.stdout.fileno()
+        self.parser = FrameParser()
+        self.seen: list[dict] = []
+
+    def answer(self, wanted: object) -> dict:
+        """The response whose id is ``wanted`` (None: an error without an id), waiting at most
+        ``DEADLINE_S`` for it."""
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            for msg in self.seen:
+                if "id" in msg and msg["id"] == wanted and ("result" in msg or "error" in msg):
+                    return msg
+            left = deadline - time.monotonic()
+            assert left > 0, f"no answer {wanted!r} in {DEADLINE_S} s; seen {self.seen}"
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if not ready:
+                continue
+            data = os.read(self.fd, 1 << 16)
+            assert data, f"the daemon ended its output before answering {wanted!r}"
+            for f in self.parser.feed(data):
+                msg = json.loads(f.body or b"null")
+                if isinstance(msg, dict):
+                    self.seen.append(msg)
 
 
 def test_a_daemon_reads_a_pipe_on_its_loop(tmp_path):
@@ -143,13 +165,13 @@ def test_a_daemon_reads_a_pipe_on_its_loop(tmp_path):
         burst = frame(INITIALIZE) + frame({"jsonrpc": "2.0", "method": "initialized", "params": {}})
         proc.stdin.write(burst + BROKEN + frame(status))
         proc.stdin.flush()
-        parser = FrameParser()
-        assert _answer(proc, parser, 1)["result"]["capabilities"]
-        assert "not UTF-8 JSON" in _answer(proc, parser, None)["error"]["message"]
-        assert _answer(proc, parser, 2)["result"]["version"]
+        out = _Reader(proc)
+        assert out.answer(1)["result"]["capabilities"]
+        assert "not UTF-8 JSON" in out.answer(None)["error"]["message"]
+        assert out.answer(2)["result"]["version"]
         proc.stdin.write(frame({"jsonrpc": "2.0", "id": 3, "method": "shutdown", "params": None}))
         proc.stdin.flush()
-        assert "result" in _answer(proc, parser, 3)
+        assert "result" in out.answer(3)
         proc.stdin.write(frame({"jsonrpc": "2.0", "method": "exit", "params": None}))
         proc.stdin.close()
         assert proc.wait(DEADLINE_S) == 0, (tmp_path / "daemon.log").read_text()[-2000:]
