@@ -309,6 +309,25 @@ def test_future_and_naive_stamps():
     assert recency.recency_factor(naive, NOW) == pytest.approx(recency.recency_factor(_stamp(7), NOW))
 
 
+@pytest.mark.parametrize(
+    ("pinned", "expected"),
+    [
+        ("2026-12-02", datetime(2026, 12, 2, tzinfo=UTC)),
+        (" 2025-01-31T17:00:00Z", datetime(2025, 1, 31, tzinfo=UTC)),
+    ],
+)
+def test_the_day_ages_count_from_can_be_pinned(monkeypatch, pinned, expected):
+    monkeypatch.setenv(recency.TODAY_ENV, pinned)
+    assert recency.today() == expected
+
+
+@pytest.mark.parametrize("pinned", ["", "yesterday", "2026-13-01"])
+def test_a_pinned_day_that_is_not_a_date_leaves_the_clock_alone(monkeypatch, pinned):
+    monkeypatch.setenv(recency.TODAY_ENV, pinned)
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    assert recency.today() in (midnight, midnight + timedelta(days=1))  # a run across midnight
+
+
 def test_documented_curve_table_matches_the_function():
     rows = re.findall(
         r"^\s{4}(0 \(now\)|1 day|1 week|1 month|1 year|2 years|5\+ years)\s+([\d.]+)\s+([\d.]+)",

@@ -14,6 +14,7 @@ from typing import Any, Union, get_args, get_origin
 import msgspec
 import pytest
 
+from slayer_lsp.search.recency import TODAY_ENV
 from tests.conftest import REPO, YAML_STORE
 
 PROTOCOL = REPO / "protocol"
@@ -33,6 +34,7 @@ def load(name: str) -> Any:
 
 generate = load("generate")
 client_mod = load("example_client")
+EXAMPLES_DAY = re.search(r"`SLAYER_LSP_TODAY=(\d{4}-\d\d-\d\d)`", SPEC).group(1)  # type: ignore[union-attr]
 TYPES = {title: typ for title, typ in generate.types().values()}  # "slayer/search params" -> type
 
 
@@ -129,10 +131,12 @@ def server(tmp_path_factory):
     shutil.copytree(YAML_STORE, store, copy_function=shutil.copyfile)
     for path in [store, *store.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    conn = client_mod.Connection(
-        [sys.executable, "-m", "slayer_lsp", "serve", "--storage", str(store)],
-        stderr=(root / "server.log").open("w"),
-    )
+    with pytest.MonkeyPatch.context() as env:  # the examples' scores are as of the day they were written
+        env.setenv(TODAY_ENV, EXAMPLES_DAY)
+        conn = client_mod.Connection(
+            [sys.executable, "-m", "slayer_lsp", "serve", "--storage", str(store)],
+            stderr=(root / "server.log").open("w"),
+        )
     init = conn.request(
         "initialize",
         {

@@ -44,7 +44,6 @@ import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -270,7 +269,7 @@ def _memories(
         related=min(req.params.related, MAX_RELATED_HOPS),
         tag_corpus=corpus,
         depth=max(MEMORY_CANDIDATES, 2 * req.max_results),
-        now=_today(),
+        now=req.now,
         channel_depth=MEMORY_CANDIDATES,
     )
 
@@ -299,7 +298,7 @@ def _memory_own(
     for m in matches:  # a long note holds several ideas: the piece that matched counts by itself
         if asked and m.piece and m.memory_id in long_notes:
             coverage[m.memory_id] = max(coverage.get(m.memory_id, 0.0), terms.text_coverage(asked, m.piece))
-    now = _today()
+    now = req.now
     own: dict[str, float] = {}
     for m in matches:
         mid = m.memory_id
@@ -346,11 +345,6 @@ def _dense_pieces(indexes: SearchIndexes, req: Request, allowed: _Allowed) -> li
         if allowed.memory(mid) and part_of(pid)[1:].isdigit():
             out.append((mid, int(part_of(pid)[1:]), cos))
     return out
-
-
-def _today() -> datetime:
-    """Recency is measured in whole days, so that an answer does not drift by the second."""
-    return datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 class _Allowed:

@@ -49,13 +49,13 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref
 from slayer_lsp.search.exact_tokens import ExactToken, extract_tokens, shape_of
 from slayer_lsp.search.piece_index import MemoryPieceIndex
-from slayer_lsp.search.recency import recency_factor
+from slayer_lsp.search.recency import recency_factor, today
 from slayer_lsp.search.tag_bm25 import TagCorpus
 
 if TYPE_CHECKING:
@@ -220,7 +220,7 @@ def rank_memories(
     def ok(mid: str) -> bool:
         return mid in memories and (allow is None or mid in allow)
 
-    now = now or datetime.now(UTC)
+    now = now or today()
     question = question if question and question.strip() else None
     channels: list[_Channel] = []
     found_tokens: dict[str, list[str]] = {}

@@ -25,18 +25,45 @@ same rank before fusion, so "equally good" survives rank fusion and this factor 
 
 ``created_at`` is ISO 8601 text as SLayer writes it; a missing or unparseable value gets no
 adjustment (factor 1), a naive value is read as UTC, and a date in the future counts as age 0.
+
+Ages are counted from midnight UTC of today, so an answer does not drift by the second;
+``SLAYER_LSP_TODAY`` (an ISO date) pins that day, for answers that must not drift at all (golden
+files, the protocol's examples, a benchmark replayed later).
 """
 
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+import os
+from datetime import UTC, date, datetime
 from functools import lru_cache
 
 EPSILON = 0.01
 HORIZON_DAYS = 5 * 365.25
 SCALE_DAYS = 1.0
 _LOG_HORIZON = math.log1p(HORIZON_DAYS / SCALE_DAYS)
+TODAY_ENV = "SLAYER_LSP_TODAY"
+
+
+def today() -> datetime:
+    """Midnight UTC of the day ages are counted from: ``$SLAYER_LSP_TODAY`` when it is an ISO date,
+    else today. A value that is not a date is ignored (the clock is a tie-breaker; it never fails a
+    search)."""
+    pinned = os.environ.get(TODAY_ENV)
+    if pinned:
+        day = _pinned_day(pinned)
+        if day is not None:
+            return day
+    return datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@lru_cache(maxsize=4)
+def _pinned_day(text: str) -> datetime | None:
+    try:
+        day = date.fromisoformat(text.strip()[:10])
+    except ValueError:
+        return None
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
 
 def parse_created_at(value: object) -> datetime | None:

@@ -8,8 +8,10 @@ and never widens it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
+from slayer_lsp.search.recency import today
 from slayer_lsp.search.types import SearchParams
 from slayer_lsp.store import documents as d
 
@@ -30,6 +32,7 @@ class Request:
     scoped: list[d.Memory]  # memories the datasource and cypher filters keep, in storage order
     scoped_ids: frozenset[str] | set[str]
     valid: Callable[[str], bool]  # which tags count in this scope
+    now: datetime = field(default_factory=today)  # one clock for the whole request (recency.py)
 
     @property
     def has_question(self) -> bool:
