@@ -155,3 +155,38 @@ def test_embed_status_and_dense_search(tmp_path):
     assert ids_dense != ids_words and len(ids_dense) >= len(ids_words)
     again = run("embed", "--storage", str(store))
     assert f"{n} rows, 0 embedded now" in again.stdout  # unchanged texts are never embedded twice
+
+
+_ENDING = """
+import sys, threading
+from slayer_lsp.cli.main import serve_then_exit
+
+def busy():  # a background thread still at work when the server returns
+    while True:
+        sum(range(1000))
+
+threading.Thread(target=busy, daemon=True).start()
+print("written before the end", end="")  # buffered: the ending must flush it
+def run():
+    {body}
+serve_then_exit(run)
+raise AssertionError("the process goes on after its server ended")
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ("return 0", 0),
+        ("return 3", 3),
+        ("raise SystemExit(1)", 1),
+        ("raise KeyboardInterrupt", 130),
+        ("raise ValueError('x')", 1),
+    ],
+)
+def test_a_server_process_ends_with_its_servers_code_and_output(body, code):
+    proc = subprocess.run(
+        [sys.executable, "-c", _ENDING.format(body=body)], capture_output=True, text=True, timeout=60
+    )
+    assert (proc.returncode, proc.stdout) == (code, "written before the end"), proc.stderr
+    assert ("ValueError: x" in proc.stderr) == ("ValueError" in body)

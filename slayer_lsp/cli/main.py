@@ -7,11 +7,15 @@ Exit codes: 0 success, 1 findings or a failed lookup, 2 usage or internal error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -385,7 +389,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from slayer_lsp.lsp.server import server
 
         server.cli_scope = scope
-    return serve(argv) or 0
+    return serve_then_exit(lambda: serve(argv) or 0)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -403,13 +407,40 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     scope = _scope(args)
     if not args.verbose_log:
         logging.getLogger("slayer_lsp").setLevel(getattr(logging, args.log_level))
-    return serve(
-        args.storage,
-        scope,
-        dense="off" if args.no_embedding else "live",
-        embedding_model=args.embedding_model,
-        switch_model=args.switch_model,
+    return serve_then_exit(
+        lambda: serve(
+            args.storage,
+            scope,
+            dense="off" if args.no_embedding else "live",
+            embedding_model=args.embedding_model,
+            switch_model=args.switch_model,
+        )
     )
+
+
+def serve_then_exit(run: Callable[[], int]) -> int:
+    """Run a server to its end, then end the process without the interpreter's finalization.
+
+    The server has closed its engines by then (caches written, child processes stopped), but a
+    background thread may still be inside native code (the warm-up in numpy, the embedding
+    worker in onnxruntime). Python 3.11 stops such daemon threads at finalization with
+    ``pthread_exit``, and unwinding a C++ frame that way aborts the process: an ``exit`` after
+    ``shutdown`` would end with SIGABRT instead of 0, now and then, under load."""
+    try:
+        code: Any = run()
+    except SystemExit as exc:  # exit without shutdown: 1, as LSP asks
+        code = exc.code
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: BLE001 - reported as the interpreter would, then the same ending
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
+    logging.shutdown()
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
 
 
 def main(argv: list[str] | None = None) -> int:
