@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from slayer_lsp.catalog import Catalog
+from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.search import name_stems
 from slayer_lsp.search.lexicon import MAX_POSTINGS, Lexicon
 from slayer_lsp.store.reader import read_store
@@ -100,3 +100,35 @@ def test_equal_names_and_value_shapes_are_held_once():
     assert all(all(c is copies[0] for c in copies) for copies in repeated)
     stems = [s for t in lexicon.stems.values() for s in t]
     assert len({id(s) for s in stems}) == len(set(stems))  # each stem string once
+
+
+def contents(lexicon: Lexicon) -> dict[str, object]:
+    """Everything a lexicon says, by id and stem (its numbers are private to its chain)."""
+    names = lexicon.numbers.names
+    return {
+        "stems": dict(lexicon.stems.items()),
+        "postings": {stem: sorted(names[n] for n in ns) for stem, ns in lexicon.postings.items()},
+        "terms": dict(lexicon.terms.items()),
+        "by_value": dict(lexicon.by_value.items()),
+        "shapes": dict(lexicon.shapes.items()),
+        "joins": dict(lexicon.joins.items()),
+        "lengths": {cid: int(lexicon.lengths[lexicon.numbers.number[cid]]) for cid in lexicon.stems},
+    }
+
+
+def test_a_first_build_says_what_deltas_say(tmp_path):
+    """The bulk first build and the per-id path give the same lexicon: from nothing, and after edits
+    that rename, add and drop (the derived chain against a fresh build of its last catalog)."""
+    store = tmp_path / "store"
+    shutil.copytree(SHOP, store)
+    catalog = Catalog.from_read(read_store(store))
+    built = Lexicon.build(catalog)
+    assert contents(built)["postings"] and contents(built)["by_value"] and contents(built)["joins"]
+    every = frozenset(catalog.searchable_ids())
+    assert contents(Lexicon().apply(catalog, Delta(added=every))) == contents(built)
+    lexicon = built
+    for step in range(4):
+        _edit(store, step)
+        catalog, delta = catalog.derive(read_store(store))
+        lexicon = lexicon.apply(catalog, delta)
+    assert contents(lexicon) == contents(Lexicon.build(catalog))
