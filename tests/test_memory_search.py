@@ -275,6 +275,44 @@ def test_literal_index_matches_whole_tokens_case_insensitively():
     assert ix.ids("PROD-4471") == {"b"} and ix.ids("amount") == frozenset() and len(ix) == 3
 
 
+_WORDS = ["PROD-4471", "prod", "4471", "net", "revenue", "tax", "orders.amount", "refund", "Net"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from("abcdef"),
+                st.one_of(st.none(), st.lists(st.lists(st.sampled_from(_WORDS), max_size=4), max_size=3)),
+            ),
+            max_size=5,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_literal_index_generations_are_values(commits):
+    """After any run of commits each generation answers as an index built afresh from its own
+    documents, and keeps answering so after later generations are derived from it."""
+    docs: dict[str, tuple[str, ...]] = {}
+    generations = [(LiteralIndex(), dict(docs))]
+    for commit in commits:
+        removals = [doc_id for doc_id, parts in commit if parts is None]
+        upserts = [
+            (doc_id, tuple(" ".join(p) for p in parts)) for doc_id, parts in commit if parts is not None
+        ]
+        for doc_id in removals:
+            docs.pop(doc_id, None)
+        docs.update(upserts)
+        generations.append((generations[-1][0].replaced(removals, upserts), dict(docs)))
+    for index, held in generations:
+        fresh = LiteralIndex(held.items())
+        assert len(index) == len(held)
+        for word in [*_WORDS, "net revenue", "PROD 4471"]:
+            assert index.lookup(word) == fresh.lookup(word), word
+
+
 def test_literal_index_over_rendered_entity_documents(yaml_catalog):
     from slayer_lsp.texts import render
 

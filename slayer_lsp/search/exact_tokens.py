@@ -38,9 +38,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from immutables import Map
-
 from slayer_lsp.catalog.ids import MEMORY_PREFIX, is_memory_ref, split_canonical
+from slayer_lsp.catalog.layered import LayeredMap
 from slayer_lsp.texts.words import TOKEN_RE
 
 # A whole token: word characters joined by connectors (no leading/trailing connector).
@@ -163,7 +162,7 @@ def extract_tokens(question: str | None) -> list[ExactToken]:
 # --------------------------------------------------------------------------- the literal index
 
 
-_NO_DOCS: Map[str, frozenset[int]] = Map()
+_NO_DOCS: dict[str, set[int]] = {}
 
 
 def _index_terms(text: str) -> set[str]:
@@ -184,13 +183,18 @@ def _contains_run(tokens: Sequence[str], run: Sequence[str]) -> bool:
 class LiteralIndex:
     """Whole-token, case-insensitive lookup over documents made of numbered parts (a memory's
     pieces, or an entity's rendered text as one part). A value: ``replaced`` makes the next one
-    and shares the unchanged postings with it (persistent maps), so a snapshot that holds this one
-    never sees a later change; ``replace`` rebinds this one, for an owner that shares it with no one."""
+    and shares the unchanged postings with it, so a snapshot that holds this one never sees a
+    later change; ``replace`` rebinds this one, for an owner that shares it with no one.
+
+    Both maps are ``LayeredMap``s, and a term's postings (doc id -> part numbers) are a dict that is
+    never changed once published: a change copies the postings of the terms it touches. A map of
+    maps (``immutables``) cost a persistent insert per (term, document) pair: 1,000,000 of them,
+    seconds, for the first build at 20,000 memories."""
 
     def __init__(self, docs: Iterable[tuple[str, Sequence[str]]] = ()) -> None:
-        # term -> doc id -> part numbers holding it; doc id -> its parts
-        self._postings: Map[str, Map[str, frozenset[int]]] = Map()
-        self._parts: Map[str, tuple[str, ...]] = Map()
+        # term -> doc id -> part numbers holding it (sets never changed once published); doc id -> its parts
+        self._postings: LayeredMap[dict[str, set[int]]] = LayeredMap()
+        self._parts: LayeredMap[tuple[str, ...]] = LayeredMap()
         self.replace((), docs)
 
     @classmethod
@@ -239,13 +243,17 @@ class LiteralIndex:
                         added.setdefault(term, {}).setdefault(doc_id, set()).add(n)
         postings = self._postings.mutate()
         for term in gone.keys() | added.keys():
-            docs_map = postings.get(term, _NO_DOCS).mutate()
-            for doc_id in gone.get(term, ()):
-                docs_map.pop(doc_id, None)
-            for doc_id, nums in added.get(term, {}).items():
-                docs_map[doc_id] = frozenset(nums)
-            if len(docs_map):
-                postings[term] = docs_map.finish()
+            before, leaving, joining = postings.get(term), gone.get(term), added.get(term)
+            if before is None and joining is not None:
+                docs_map = joining  # new here: made above, owned by no one else
+            else:
+                docs_map = dict(before) if before else {}  # a copy: an older index may read ``before``
+                for doc_id in leaving or ():
+                    docs_map.pop(doc_id, None)
+                if joining:
+                    docs_map.update(joining)
+            if docs_map:
+                postings[term] = docs_map
             else:
                 postings.pop(term, None)
         self._postings, self._parts = postings.finish(), parts_map.finish()

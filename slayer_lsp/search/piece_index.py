@@ -257,12 +257,13 @@ class MemoryPieceIndex:
                     doc.add_unsigned("piece", n)
                     doc.add_text("text", text)
                     w.writer.add_document(doc)
-                if entry.about:
+                about = entry.about
+                if about:
                     doc = tantivy.Document()
                     doc.add_text("mid", mid)
                     doc.add_unsigned("key", key)
                     doc.add_unsigned("piece", ABOUT_PIECE)
-                    doc.add_text("about", entry.about)
+                    doc.add_text("about", about)
                     w.writer.add_document(doc)
                 entries[mid] = entry
                 _note_links(tags, links, mid, entry, joins=True)
