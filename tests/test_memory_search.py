@@ -463,6 +463,27 @@ def test_index_follows_catalog_deltas(store):
     assert [h.memory_id for h in index.rank("disputes")] == ["1"]
 
 
+@pytest.mark.parametrize("asked_early", [False, True])
+def test_exact_token_lookup_is_the_same_whether_built_early_or_late(store, asked_early):
+    """The literal index is built on first use: a generation asked before a delta derives its
+    successor's, one never asked lets the successor build its own; both answer as a fresh build."""
+    _write(store, "1", "Incident PROD-4471 crushed cartons.")
+    _write(store, "2", "PROD-9 is fine.")
+    reader = StoreReader(store)
+    cat = Catalog.from_read(reader.read())
+    first = MemoryPieceIndex.build(cat)
+    if asked_early:
+        assert first.literal.ids("PROD-4471") == {"1"}
+    _write(store, "2", "PROD-4471 again, and PROD-9.")
+    _write(store, "3", "Nothing to see.")
+    (store / "memories" / "1.md").unlink()
+    cat2, delta = cat.derive(reader.read())
+    second = first.apply(cat2, delta)
+    assert second.literal.ids("PROD-4471") == {"2"} and second.literal.ids("prod-9") == {"2"}
+    assert len(second.literal) == 2
+    assert first.literal.ids("PROD-4471") == {"1"}  # the older generation as it was
+
+
 # --------------------------------------------------------------------------- exact tokens in ranking
 
 

@@ -375,10 +375,12 @@ class SearchIndexes:
         return self._lazy.get("memory terms", lambda: MemoryTerms.build(catalog))
 
     def warm(self, catalog: Catalog) -> None:
-        """Build what the hybrid ranking needs (run off the request path at start-up)."""
+        """Build what the hybrid ranking needs (run off the request path at start-up): what every
+        question needs first, then the exact-token lookup that only some need."""
         self.lexicon_for(catalog)
-        self.pieces_for(catalog)
+        pieces = self.pieces_for(catalog)
         self.memory_terms_for(catalog)
+        pieces.literal  # noqa: B018 - built on first use
 
     def lexicon_for(self, catalog: Catalog) -> Lexicon:
         """Names, values and joins of the hybrid ranking (built once, then derived per delta)."""

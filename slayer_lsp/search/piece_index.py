@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -182,7 +183,10 @@ class MemoryPieceIndex:
         self._entries = _entries
         self._tag_members = _tag_members  # case-folded tag -> memory ids carrying it
         self._linked_from = _linked_from  # memory id -> memories whose tags name it
-        self.literal = literal if literal is not None else LiteralIndex()
+        # built on first use (``literal``): most questions carry no exact token, so the first search
+        # after a start need not wait for it; derived per delta once a generation has it
+        self._literal = literal
+        self._literal_lock = threading.Lock()
         self.deletions = deletions  # replaced pieces still weigh in BM25 statistics until a rebuild
         # the restriction query of the last allowed sets (a datasource's memories come as the same
         # frozenset call after call); per generation, since it names this generation's memories
@@ -275,13 +279,25 @@ class MemoryPieceIndex:
             entries.finish(),
             moved(self._tag_members, tags),
             moved(self._linked_from, links),
-            self.literal.replaced(literal_gone, literal_new),
+            self._literal.replaced(literal_gone, literal_new) if self._literal is not None else None,
             deletions,
         )
         w.head = nxt
         return nxt
 
     # ------------------------------------------------------------------ lookups
+
+    @property
+    def literal(self) -> LiteralIndex:
+        """Exact-token lookup over this generation's pieces, built the first time it is asked for
+        (by a question with an exact token, or by the warm-up after the first search's needs)."""
+        literal = self._literal
+        if literal is None:
+            with self._literal_lock:
+                literal = self._literal
+                if literal is None:
+                    literal = self._literal = LiteralIndex((m, e.pieces) for m, e in self._entries.items())
+        return literal
 
     def __len__(self) -> int:
         return len(self._entries)
