@@ -109,8 +109,12 @@ class StoreWatcher:
         quiet_ms: int = 50,
         max_wait_ms: int = 1000,
         force_polling: bool | None = None,
+        catch_up: bool = False,
     ):
         self.location = location
+        # once each watch is in place, ask for one whole re-read: a change made before it (while
+        # the first index was being read) sends no event, and would stay unseen until the next one
+        self.catch_up = catch_up
         self.on_change = on_change
         self.quiet_ms = quiet_ms
         self.max_wait_ms = max_wait_ms
@@ -195,6 +199,7 @@ class StoreWatcher:
             directory, present = self._target()
             self.watching = directory
             log.info("watching %s for store changes (%s)", directory, self.location)
+            established = False
             try:
                 for changes in watch(
                     directory,
@@ -203,12 +208,18 @@ class StoreWatcher:
                     step=self.POLL_STEP_MS,
                     stop_event=self._stop,
                     rust_timeout=1000,
-                    yield_on_timeout=False,
+                    yield_on_timeout=True,  # the first yield says the watch is in place
                     raise_interrupt=False,
                     recursive=self.location.backend == "yaml" or not present,
                     force_polling=self.force_polling,
                     ignore_permission_denied=True,
                 ):
+                    if established is False:
+                        established = True
+                        if self.catch_up:
+                            self._changes.put({str(self.location.path)})  # the store itself: a whole re-read
+                    if not changes:
+                        continue
                     self._changes.put({p for _, p in changes})
                     if self._target() != (directory, present):
                         self._changes.put({str(self.location.path)})

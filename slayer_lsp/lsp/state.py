@@ -388,7 +388,9 @@ class SlayerLanguageServer(LanguageServer):
 
         if self.watcher is not None or self.engine is None:
             return
-        self.watcher = StoreWatcher(self.engine.location, self._on_store_change, quiet_ms=watch_quiet_ms())
+        self.watcher = StoreWatcher(
+            self.engine.location, self._on_store_change, quiet_ms=watch_quiet_ms(), catch_up=True
+        )
         self.watcher.start()
 
     def stop_watcher(self) -> None:

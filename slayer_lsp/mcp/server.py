@@ -175,7 +175,7 @@ class McpApp:
 
         if self.watcher is None and self.engine is not None:
             self.watcher = StoreWatcher(
-                self.engine.location, self._on_store_change, quiet_ms=watch_quiet_ms()
+                self.engine.location, self._on_store_change, quiet_ms=watch_quiet_ms(), catch_up=True
             )
             self.watcher.start()
 

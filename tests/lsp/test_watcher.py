@@ -90,6 +90,28 @@ def test_one_callback_per_burst_with_every_path_and_no_hold_back_by_ignored_file
     ]
 
 
+@pytest.mark.parametrize("catch_up", [True, False])
+def test_a_change_made_before_the_watch_is_caught_up_with(store, catch_up):
+    """A server reads the store, then starts watching it: a write in between sends no event. With
+    ``catch_up`` the watcher asks for one whole re-read once its watch is in place."""
+    calls: list[set[str]] = []
+    done = threading.Event()
+
+    def on_change(paths: set[str]) -> None:
+        calls.append(paths)
+        done.set()
+
+    watcher = StoreWatcher(StoreLocation("yaml", store), on_change, quiet_ms=50, catch_up=catch_up)
+    path = store / "models" / "jaffle" / "orders.yaml"
+    path.write_text(path.read_text() + "\n")  # after the read, before the watch
+    watcher.start()
+    try:
+        assert done.wait(5) is catch_up
+    finally:
+        watcher.stop()
+    assert calls == ([{str(store)}] if catch_up else [])
+
+
 @pytest.mark.parametrize(
     ("raw", "enable", "switch", "problems"),
     [
