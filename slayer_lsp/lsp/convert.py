@@ -8,7 +8,7 @@ goes through ``to_range`` (with the lines of the document it is in) before the c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from lsprotocol import types as t
@@ -132,20 +132,29 @@ def quick_fixes(x: diag.DiagnosticData, lsp_diag: t.Diagnostic, snap: Snapshot) 
     return out
 
 
-def completion_list(res: comp.CompletionResult, snap: Snapshot) -> t.CompletionList:
+def completion_list(res: comp.CompletionResult, snap: Snapshot) -> dict[str, Any]:
+    """An LSP ``CompletionList`` as JSON-ready builtins (the wire's camelCase names, absent fields
+    left out), for ``protocol.encoded``: 495 models after ``ds.`` took ~15 ms as ``lsprotocol``
+    objects walked by cattrs and ``json.dumps``, most of the request."""
     rng = to_range(res.replace, snap.lines, snap.codec)
-    items = [
-        t.CompletionItem(
-            label=i.label,
-            kind=COMPLETION_KIND.get(i.kind),
-            detail=i.detail,
-            sort_text=i.sort_text,
-            filter_text=i.label,
-            text_edit=t.TextEdit(range=rng, new_text=i.insert_text),
-        )
-        for i in res.items
-    ]
-    return t.CompletionList(is_incomplete=res.is_incomplete, items=items)
+    where = {
+        "start": {"line": rng.start.line, "character": rng.start.character},
+        "end": {"line": rng.end.line, "character": rng.end.character},
+    }
+    items = []
+    for i in res.items:
+        item: dict[str, Any] = {"label": i.label}
+        kind = COMPLETION_KIND.get(i.kind)
+        if kind is not None:
+            item["kind"] = int(kind)
+        if i.detail is not None:
+            item["detail"] = i.detail
+        if i.sort_text is not None:
+            item["sortText"] = i.sort_text
+        item["filterText"] = i.label
+        item["textEdit"] = {"range": where, "newText": i.insert_text}
+        items.append(item)
+    return {"isIncomplete": res.is_incomplete, "items": items}
 
 
 def hover(h: hov.HoverData, snap: Snapshot, *, markdown: bool) -> t.Hover:

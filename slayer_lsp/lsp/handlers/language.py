@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from lsprotocol import types as t
 
 from slayer_lsp.analysis import completion as comp
@@ -13,24 +14,26 @@ from slayer_lsp.analysis import inlay as inl
 from slayer_lsp.analysis import navigation as nav
 from slayer_lsp.analysis import signature as sig
 from slayer_lsp.lsp import convert
+from slayer_lsp.lsp.protocol import encoded
 from slayer_lsp.lsp.state import SlayerLanguageServer
 
 TRIGGER_CHARACTERS = [".", ":", "(", '"']
 WORKSPACE_SYMBOL_LIMIT = 50
 
 
-async def completion(ls: SlayerLanguageServer, params: t.CompletionParams) -> t.CompletionList | None:
+async def completion(ls: SlayerLanguageServer, params: t.CompletionParams) -> msgspec.Raw | None:
+    """A ``CompletionList``, encoded in the worker thread (see ``convert.completion_list``)."""
     snap = ls.snapshot(params.text_document.uri)
     if snap is None:
         return None
 
-    def work() -> t.CompletionList | None:
+    def work() -> msgspec.Raw | None:
         doc = ls.parse(snap)
         if doc.kind == "other":
             return None
         line, col = convert.from_client(snap, params.position)
         res = comp.complete(doc, line, col, ls.catalog(), ls.scope())
-        return convert.completion_list(res, snap) if res is not None else None
+        return encoded(convert.completion_list(res, snap)) if res is not None else None
 
     return await ls.run(work, default=None)
 
