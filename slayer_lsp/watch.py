@@ -214,7 +214,7 @@ class StoreWatcher:
                     force_polling=self.force_polling,
                     ignore_permission_denied=True,
                 ):
-                    if established is False:
+                    if not established:
                         established = True
                         if self.catch_up:
                             self._changes.put({str(self.location.path)})  # the store itself: a whole re-read

@@ -180,6 +180,7 @@ raise AssertionError("the process goes on after its server ended")
         ("return 0", 0),
         ("return 3", 3),
         ("raise SystemExit(1)", 1),
+        ("raise SystemExit('no store')", 1),
         ("raise KeyboardInterrupt", 130),
         ("raise ValueError('x')", 1),
     ],

@@ -430,6 +430,9 @@ def serve_then_exit(run: Callable[[], int]) -> int:
         code: Any = run()
     except SystemExit as exc:  # exit without shutdown: 1, as LSP asks
         code = exc.code
+        if code is not None and not isinstance(code, int):  # a message: printed, as the interpreter would
+            print(code, file=sys.stderr)
+            code = 1
     except KeyboardInterrupt:
         code = 130
     except BaseException:  # noqa: BLE001 - reported as the interpreter would, then the same ending
@@ -440,7 +443,7 @@ def serve_then_exit(run: Callable[[], int]) -> int:
             if stream is not None:
                 stream.flush()
     logging.shutdown()
-    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+    os._exit(code or 0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import itemgetter
@@ -65,22 +65,18 @@ class Lexicon:
         """The first lexicon of a store, in bulk: the same values as ``apply`` over every id, made by
         grouping the ids by their (shared) stem tuples and term sets rather than moving each id
         into each posting (at 10,000 models: seconds the first search after a start waited for)."""
-        get = getter(catalog.entities)
-        same: dict = {}
         stems: dict[str, tuple[str, ...]] = {}
         terms: dict[str, frozenset[str]] = {}
         shapes: dict[str, frozenset[str]] = {}
         joins: dict[str, tuple[tuple[str, str, str], ...]] = {}
-        for cid in catalog.searchable_ids():
-            ent = get(cid)
-            if ent is None or ent.hidden or ent.kind not in _KINDS:
-                continue
-            canonical, name_stems_, value_terms, value_shapes, model_joins = _entry(catalog, ent)
-            stems[canonical] = _shared(same, name_stems_)
+        for canonical, name_stems_, value_terms, value_shapes, model_joins in _entries(
+            catalog, catalog.searchable_ids()
+        ):
+            stems[canonical] = name_stems_
             if value_terms:
-                terms[canonical] = _shared(same, value_terms)
+                terms[canonical] = value_terms
             if value_shapes:
-                shapes[canonical] = _shared(same, value_shapes)
+                shapes[canonical] = value_shapes
             if model_joins is not None:
                 joins[canonical] = model_joins
         numbers = Numbering(stems)
@@ -122,22 +118,7 @@ class Lexicon:
 
     def _updated(self, catalog: Catalog, ids: Iterable[str]) -> Lexicon:
         ids = list(ids)
-        entries = []
-        same: dict = {}  # one object per distinct value: warehouses repeat names and value shapes
-        for cid in ids:
-            ent = catalog.get(cid)
-            if ent is None or ent.hidden or ent.kind not in _KINDS:
-                continue
-            canonical, name_stems_, value_terms, value_shapes, model_joins = _entry(catalog, ent)
-            entries.append(  # interned where they are made (and cached there): shared here
-                (
-                    canonical,
-                    _shared(same, name_stems_),
-                    _shared(same, value_terms),
-                    _shared(same, value_shapes),
-                    model_joins,
-                )
-            )
+        entries = list(_entries(catalog, ids))
         stems, terms = self.stems.mutate(), self.terms.mutate()
         shapes, joins = self.shapes.mutate(), self.joins.mutate()
         numbers = self.numbers
@@ -286,6 +267,26 @@ def _moved_numbers(
 def _shared(same: dict, value: _V) -> _V:
     """The one object standing for ``value`` among those seen (equal values, one copy in memory)."""
     return same.setdefault(value, value)
+
+
+def _entries(catalog: Catalog, ids: Iterable[str]) -> Iterator[tuple]:
+    """(canonical, name stems, value terms, value shapes, joins or None) of each id that has an
+    entry (a visible model or leaf), equal values as one object: warehouses repeat names and value
+    shapes (interned where they are made, and cached there; shared here)."""
+    get = getter(catalog.entities)
+    same: dict = {}
+    for cid in ids:
+        ent = get(cid)
+        if ent is None or ent.hidden or ent.kind not in _KINDS:
+            continue
+        canonical, name_stems_, value_terms, value_shapes, model_joins = _entry(catalog, ent)
+        yield (
+            canonical,
+            _shared(same, name_stems_),
+            _shared(same, value_terms),
+            _shared(same, value_shapes),
+            model_joins,
+        )
 
 
 def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
