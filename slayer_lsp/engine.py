@@ -212,7 +212,7 @@ class Engine:
                 return Delta()  # still unreadable, for the same reason: nothing new to serve or to report
             if first:
                 full = Catalog.from_read(read)
-                catalog = self._reachable(full, None)[0]
+                catalog = full if self._reach is None else self._reachable(full, None)[0]
                 cache = None
                 if self._use_cache and read.fatal is None:
                     from slayer_lsp.store.cache import StoreCache

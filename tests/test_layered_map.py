@@ -13,6 +13,8 @@ from slayer_lsp.catalog.layered import LayeredMap, getter
 def _same(layered: LayeredMap, expected: dict[str, str]) -> None:
     assert dict(layered.pairs()) == dict(layered.items()) == expected
     assert len(layered) == len(expected)
+    keys = list(layered)  # a map without an overlay iterates its base as it is
+    assert len(keys) == len(expected) and set(keys) == set(expected)
     fast = getter(layered)
     for key in [*expected, "absent", "x3", "x997"]:
         assert (key in layered) == (key in expected)
