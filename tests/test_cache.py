@@ -165,7 +165,13 @@ def _hide_status(store):
     model.write_text(text[:end] + "hidden: true" + text[end + len("hidden: false") :])
 
 
+def _reword_status_values(store):
+    model = store / "models/jaffle/orders.yaml"
+    model.write_text(model.read_text().replace("  - returned\n", "  - refunded\n", 1))
+
+
 EDITS_BETWEEN_RUNS = {
+    "a column's sampled values changed": _reword_status_values,
     "a memory reworded": lambda store: (store / "memories/3.md").write_text(
         (store / "memories/3.md").read_text().replace("Chicago", "Zebracorn City")
     ),
@@ -192,6 +198,61 @@ def test_texts_taken_back_by_document_match_a_cold_start(store, monkeypatch, edi
     assert _answers(restarted) == _answers(cold)
 
 
+def _lexicon(engine):
+    from tests.test_lexicon import contents
+
+    return contents(engine.state.search.lexicon_for(engine.catalog))
+
+
+@pytest.mark.parametrize("edit", list(EDITS_BETWEEN_RUNS), ids=list(EDITS_BETWEEN_RUNS))
+def test_lexicon_entries_taken_back_by_document_match_a_cold_start(store, monkeypatch, edit):
+    """The lexicon's leaves come back a model document at a time: whatever changed between two runs,
+    the restart's lexicon is the one a cold start builds, and only changed documents are read."""
+    from slayer_lsp.search import lexicon_entries
+
+    first = Engine(store)
+    _lexicon(first)
+    first.close()
+    EDITS_BETWEEN_RUNS[edit](store)
+    read = []
+    real = lexicon_entries.leaf_entry
+    monkeypatch.setattr(lexicon_entries, "leaf_entry", lambda ent: read.append(ent.canonical) or real(ent))
+    restarted = Engine(store)
+    got = _lexicon(restarted)
+    orders = {c for c in got["stems"] if c.startswith("jaffle.orders.")}
+    assert set(read) <= orders  # every other model's leaves came from the cache
+    monkeypatch.setattr(lexicon_entries, "leaf_entry", real)
+    cold = Engine(store, use_cache=False)
+    assert got == _lexicon(cold)
+    assert _answers(restarted) == _answers(cold)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["a number past its table", "rows of the wrong length", "not msgpack", "another code"],
+)
+def test_a_damaged_lexicon_file_is_read_anew(store, monkeypatch, damage):
+    from slayer_lsp.search import lexicon_entries
+
+    first = Engine(store)
+    expected = _lexicon(first)
+    first.close()
+    path = StoreCache.for_location(first.location).root / lexicon_entries.FILE
+    saved = msgspec.msgpack.decode(path.read_bytes(), type=lexicon_entries.LexiconFile)
+    some = next(m for m in saved.models.values() if m.ids)
+    if damage == "a number past its table":
+        saved.models["jaffle.orders"] = msgspec.structs.replace(
+            some, stems=len(saved.stems).to_bytes(4, "little") * len(some.ids)
+        )
+    elif damage == "rows of the wrong length":
+        saved.models["jaffle.orders"] = msgspec.structs.replace(some, terms=some.terms[:-4])
+    elif damage == "another code":
+        saved.code = "an older lexicon"
+    path.write_bytes(b"\x00garbage" if damage == "not msgpack" else msgspec.msgpack.encode(saved))
+    restarted = Engine(store)
+    assert _lexicon(restarted) == expected
+
+
 def test_texts_of_another_renderer_are_not_reused(store, monkeypatch):
     from slayer_lsp.search import rendered as rendered_cache
 
@@ -207,13 +268,13 @@ def test_texts_of_another_renderer_are_not_reused(store, monkeypatch):
 
 def test_an_unchanged_restart_rewrites_no_cache_file(store):
     first = Engine(store)
-    first.refresh()
+    _lexicon(first)
     first.close()
     root = StoreCache.for_location(first.location).root
-    files = ["docs.msgpack", "fulltext.msgpack", "rendered.msgpack"]
+    files = ["docs.msgpack", "fulltext.msgpack", "rendered.msgpack", "lexicon.msgpack"]
     before = {name: (root / name).stat().st_mtime_ns for name in files}
     second = Engine(store)
-    second.refresh()
+    _lexicon(second)
     second.close()
     assert {name: (root / name).stat().st_mtime_ns for name in files} == before
 

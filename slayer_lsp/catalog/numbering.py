@@ -18,7 +18,7 @@ V = TypeVar("V")
 class Numbering:
     def __init__(self, names: Iterable[str] = ()) -> None:
         self.names: list[str] = list(names)  # number -> key
-        self.number: dict[str, int] = {name: n for n, name in enumerate(self.names)}
+        self.number: dict[str, int] = dict(zip(self.names, range(len(self.names)), strict=True))
 
     def of(self, key: str) -> int:
         """The key's number, a new one (the next) the first time."""

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import datasource_of, is_model_id
-from slayer_lsp.search import rendered, scope
+from slayer_lsp.search import lexicon_entries, rendered, scope
 from slayer_lsp.search.fulltext import FullTextIndex, FullTextView, IndexState
 from slayer_lsp.search.graph import GraphIndex
 from slayer_lsp.search.lexicon import Lexicon
@@ -111,6 +111,9 @@ class SearchIndexes:
     _graph_pending: frozenset[str] = frozenset()  # ids touched since the graph was last brought up to date
     ram_live: bool = False  # a long-lived engine keeps the live full-text index in memory (see rebuilt)
     edited: bool = False  # derived from a change since the index was opened or rebuilt
+    # the cache may give values back by stored document: the catalog holds the store's documents as
+    # they are (not pruned by a scope)
+    reuse: bool = False
     _lazy: _Lazy = field(default_factory=_Lazy)
     # the graph (a process of its own) is shared by the generations of one engine: its lock is too
     _graph_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -139,7 +142,9 @@ class SearchIndexes:
             if fulltext is not None and fresh and reuse_texts:  # written beside the start, not in its way
                 digests = dict(fulltext.digests)
                 cache.write_in_background(rendered.FILE, lambda: rendered.cache_file(catalog, docs, digests))
-        return cls(docs, (fulltext or FullTextIndex(docs.values())).view(), graph, cache=cache)
+        return cls(
+            docs, (fulltext or FullTextIndex(docs.values())).view(), graph, cache=cache, reuse=reuse_texts
+        )
 
     @property
     def by_datasource(self) -> dict[str, FullTextView]:
@@ -223,6 +228,7 @@ class SearchIndexes:
             dense=self.dense,
             _graph_pending=frozenset(pending),
             ram_live=self.ram_live,
+            reuse=self.reuse,
             edited=self.edited or bool(removals or upserts),
             _lazy=_Lazy(seed),
             _graph_lock=self._graph_lock,
@@ -291,6 +297,7 @@ class SearchIndexes:
             dense=self.dense,
             _graph_pending=pending,
             ram_live=self.ram_live,
+            reuse=self.reuse,
             _lazy=_Lazy(seed),
             _graph_lock=self._graph_lock,
         )
@@ -396,7 +403,16 @@ class SearchIndexes:
 
     def lexicon_for(self, catalog: Catalog) -> Lexicon:
         """Names, values and joins of the hybrid ranking (built once, then derived per delta)."""
-        return self._lazy.get("lexicon", lambda: Lexicon.build(catalog))
+        return self._lazy.get("lexicon", lambda: self._first_lexicon(catalog))
+
+    def _first_lexicon(self, catalog: Catalog) -> Lexicon:
+        """The lexicon built from ``catalog``, the leaves of unchanged documents taken from the cache
+        (``lexicon_entries``), which is written anew when any had to be read."""
+        cache = self.cache if self.reuse else None
+        rows = lexicon_entries.read_rows(catalog, lexicon_entries.load(cache) if cache is not None else None)
+        if cache is not None and rows.fresh:
+            cache.write_in_background(lexicon_entries.FILE, lambda: lexicon_entries.file_of(catalog, rows))
+        return Lexicon.from_rows(rows)
 
     def graph(self, catalog: Catalog) -> GraphIndex:
         """The graph of ``catalog``, built on the first cypher_filter and brought up to date on each

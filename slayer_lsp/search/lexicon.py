@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import heapq
 import math
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
 from operator import itemgetter
 from typing import TypeVar
 
@@ -19,14 +17,13 @@ import numpy as np
 from immutables import Map
 
 from slayer_lsp.catalog import Catalog, Delta
-from slayer_lsp.catalog.ids import child_id, is_memory_ref
-from slayer_lsp.catalog.layered import LayeredMap, getter
+from slayer_lsp.catalog.ids import is_memory_ref
+from slayer_lsp.catalog.layered import LayeredMap
 from slayer_lsp.catalog.numbering import Numbering, pick
-from slayer_lsp.search import name_stems, sampled_values
+from slayer_lsp.search import lexicon_entries, sampled_values
 from slayer_lsp.search.persistent import Moves, moved, note
 
-LEAF_KINDS = ("column", "measure", "aggregation")
-_KINDS = frozenset((*LEAF_KINDS, "model"))  # the kinds with an entry
+LEAF_KINDS = lexicon_entries.LEAF_KINDS
 _V = TypeVar("_V")
 _score_then_id = itemgetter(1, 0)
 MAX_POSTINGS = 20000  # a stem in more names than this says nothing (its idf is ~0): skipped
@@ -62,53 +59,47 @@ class Lexicon:
 
     @classmethod
     def build(cls, catalog: Catalog) -> Lexicon:
+        """The first lexicon of a store, every entry read from the catalog."""
+        return cls.from_rows(lexicon_entries.read_rows(catalog))
+
+    @classmethod
+    def from_rows(cls, rows: lexicon_entries.Rows) -> Lexicon:
         """The first lexicon of a store, in bulk: the same values as ``apply`` over every id, made by
-        grouping the ids by their (shared) stem tuples and term sets rather than moving each id
-        into each posting (at 10,000 models: seconds the first search after a start waited for)."""
-        stems: dict[str, tuple[str, ...]] = {}
-        terms: dict[str, frozenset[str]] = {}
-        shapes: dict[str, frozenset[str]] = {}
-        joins: dict[str, tuple[tuple[str, str, str], ...]] = {}
-        for canonical, name_stems_, value_terms, value_shapes, model_joins in _entries(
-            catalog, catalog.searchable_ids()
-        ):
-            stems[canonical] = name_stems_
-            if value_terms:
-                terms[canonical] = value_terms
-            if value_shapes:
-                shapes[canonical] = value_shapes
-            if model_joins is not None:
-                joins[canonical] = model_joins
-        numbers = Numbering(stems)
-        with_stems: dict[tuple[str, ...], list[int]] = {}  # one list per distinct stem tuple
-        for n, name_stems_ in enumerate(stems.values()):
-            with_stems.setdefault(name_stems_, []).append(n)
-        by_stem: dict[str, list[int]] = {}
-        for name_stems_, ns in with_stems.items():
-            for stem in name_stems_:
-                by_stem.setdefault(stem, []).extend(ns)
-        postings = {}
-        for stem, ns in by_stem.items():
-            array = np.unique(np.array(ns, dtype=np.int32))
+        grouping the rows by their stem tuples and term sets (numbers into small tables) rather than
+        moving each id into each posting (at 10,000 models: seconds the first search after a start
+        waited for)."""
+        ids = rows.ids
+        stem_rows, term_rows, shape_rows = rows.columns()
+        stem_table = rows.stem_table.values
+        stems = dict(zip(ids, pick(stem_table, stem_rows.tolist()), strict=True))
+        numbers = Numbering(ids)
+        postings: dict[str, np.ndarray] = {}
+        by_stem: dict[str, list[np.ndarray]] = {}
+        for table_no, members in _groups(stem_rows):
+            for stem in dict.fromkeys(stem_table[table_no]):
+                by_stem.setdefault(stem, []).append(members)
+        for stem, arrays in by_stem.items():
+            # each row is in one group: the groups of a stem are disjoint, each one ascending
+            array = arrays[0] if len(arrays) == 1 else np.sort(np.concatenate(arrays))
             array.flags.writeable = False
             postings[stem] = array
-        with_terms: dict[frozenset[str], list[str]] = {}
-        for cid, value_terms in terms.items():
-            with_terms.setdefault(value_terms, []).append(cid)
+        terms = _non_empty(ids, term_rows, rows.term_table.values)
         by_value: dict[str, list[str]] = {}
-        for value_terms, cids in with_terms.items():
-            for term in value_terms:
-                by_value.setdefault(term, []).extend(cids)
-        lengths = np.fromiter(map(len, stems.values()), np.int32, len(stems))
+        for table_no, members in _groups(term_rows):
+            if table_no:
+                cids = pick(ids, members.tolist())
+                for term in rows.term_table.values[table_no]:
+                    by_value.setdefault(term, []).extend(cids)
+        sizes = np.fromiter(map(len, stem_table), np.int32, len(stem_table))
         return cls(
             LayeredMap(stems),
             Map(postings),
             LayeredMap(terms),
             Map({term: frozenset(cids) for term, cids in by_value.items()}),
-            LayeredMap(shapes),
-            LayeredMap(joins),
+            LayeredMap(_non_empty(ids, shape_rows, rows.shape_table.values)),
+            LayeredMap(dict(rows.joins)),
             numbers,
-            lengths,
+            sizes[stem_rows] if len(ids) else _NO_NUMBERS.copy(),
         )
 
     def apply(self, catalog: Catalog, delta: Delta) -> Lexicon:
@@ -118,7 +109,7 @@ class Lexicon:
 
     def _updated(self, catalog: Catalog, ids: Iterable[str]) -> Lexicon:
         ids = list(ids)
-        entries = list(_entries(catalog, ids))
+        entries = list(lexicon_entries.entries(catalog, ids))
         stems, terms = self.stems.mutate(), self.terms.mutate()
         shapes, joins = self.shapes.mutate(), self.joins.mutate()
         numbers = self.numbers
@@ -264,66 +255,20 @@ def _moved_numbers(
     return out.finish()
 
 
-def _shared(same: dict, value: _V) -> _V:
-    """The one object standing for ``value`` among those seen (equal values, one copy in memory)."""
-    return same.setdefault(value, value)
+def _groups(numbers: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(value, the positions holding it) of each distinct value of ``numbers`` (positions ascending,
+    as int32)."""
+    if not len(numbers):
+        return
+    order = np.argsort(numbers, kind="stable").astype(np.int32)
+    ordered = numbers[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], len(ordered)]
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        yield int(ordered[a]), order[a:b]
 
 
-def _entries(catalog: Catalog, ids: Iterable[str]) -> Iterator[tuple]:
-    """(canonical, name stems, value terms, value shapes, joins or None) of each id that has an
-    entry (a visible model or leaf), equal values as one object: warehouses repeat names and value
-    shapes (interned where they are made, and cached there; shared here)."""
-    get = getter(catalog.entities)
-    same: dict = {}
-    for cid in ids:
-        ent = get(cid)
-        if ent is None or ent.hidden or ent.kind not in _KINDS:
-            continue
-        canonical, name_stems_, value_terms, value_shapes, model_joins = _entry(catalog, ent)
-        yield (
-            canonical,
-            _shared(same, name_stems_),
-            _shared(same, value_terms),
-            _shared(same, value_shapes),
-            model_joins,
-        )
-
-
-def _entry(catalog: Catalog, ent) -> tuple:  # noqa: ANN001
-    obj = ent.obj
-    label = getattr(obj, "label", None)
-    if ent.kind == "model":
-        model_stems = list(name_stems.name_stems(obj.name, None, obj.description))
-        if obj.description:
-            model_stems = list(dict.fromkeys(model_stems + name_stems.stems(obj.description)))
-        joins = []
-        for j in obj.joins or []:
-            if not j.join_pairs:
-                continue
-            other = child_id(obj.data_source, j.target_model)
-            here, there = j.join_pairs[0]
-            k_here, k_there = child_id(ent.canonical, here), child_id(other, there)
-            if k_here in catalog.entities and k_there in catalog.entities:
-                joins.append((other, k_here, k_there))
-        return (
-            ent.canonical,
-            tuple(sys.intern(s) for s in model_stems),
-            frozenset(),
-            frozenset(),
-            tuple(joins),
-        )
-    stems = name_stems.name_stems(obj.name, label, getattr(obj, "description", None))
-    if ent.kind != "column":
-        return ent.canonical, stems, frozenset(), frozenset(), None
-    samples = obj.sampled_values
-    terms, shapes = _column_values(tuple(map(str, samples)) if samples else (), obj.type)
-    return ent.canonical, stems, terms, shapes, None
-
-
-@lru_cache(maxsize=1 << 14)
-def _column_values(sampled: tuple[str, ...], type_name: str | None) -> tuple[frozenset[str], frozenset[str]]:
-    """A column's value terms (interned) and value shapes. Cached: sample sets repeat across a
-    warehouse (flags, statuses, the generator's few dozen)."""
-    values = list(sampled)
-    terms = frozenset(sys.intern(t) for t in sampled_values.value_terms(values))
-    return terms, sampled_values.column_shapes(values, type_name)
+def _non_empty(ids: list[str], numbers: np.ndarray, table: list[_V]) -> dict[str, _V]:
+    """id -> its value, for the rows whose value is not the table's first (the empty set)."""
+    where = np.flatnonzero(numbers).tolist()
+    return dict(zip(pick(ids, where), pick(table, numbers[where].tolist()), strict=True))

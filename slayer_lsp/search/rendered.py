@@ -15,18 +15,14 @@ everything again.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Mapping
-from functools import cache
-from pathlib import Path
 
 import msgspec
 
-from slayer_lsp import __version__
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.store import documents, fastyaml, reader
-from slayer_lsp.store.cache import StoreCache
+from slayer_lsp.store.cache import StoreCache, code_stamp
 from slayer_lsp.texts import render
 from slayer_lsp.texts.render import RenderedDoc
 
@@ -53,14 +49,10 @@ class RenderedFile(msgspec.Struct):
     texts: dict[str, CachedDoc]  # by the canonical id of each document's first entity
 
 
-@cache
 def renderer_stamp() -> str:
     """What the texts depend on besides the stored bytes: this version's renderer, document types and
-    parsers (the same bytes may read differently after an upgrade)."""
-    h = hashlib.blake2b(__version__.encode(), digest_size=12)
-    for module in (render, documents, reader, fastyaml):
-        h.update(Path(module.__file__ or "").read_bytes())
-    return h.hexdigest()
+    parsers."""
+    return code_stamp(render, documents, reader, fastyaml)
 
 
 def source_digests(catalog: Catalog) -> dict[reader.Source, str]:

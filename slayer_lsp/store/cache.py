@@ -33,7 +33,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Protocol, TypeVar
 
 import msgspec
@@ -110,6 +112,19 @@ class Stamped(Protocol):
 
 
 _CacheFile = TypeVar("_CacheFile", bound=Stamped)
+
+
+@cache
+def code_stamp(*modules: ModuleType) -> str:
+    """A digest of this version and of the source of ``modules``: what a cache file of values
+    computed by that code records, so that an upgrade changing any of them computes them anew (the
+    same stored bytes may read differently after one)."""
+    from slayer_lsp import __version__
+
+    h = hashlib.blake2b(__version__.encode(), digest_size=12)
+    for module in modules:
+        h.update(Path(module.__file__ or "").read_bytes())
+    return h.hexdigest()
 
 
 class StoreCache:
