@@ -227,6 +227,54 @@ def test_lexicon_entries_taken_back_by_document_match_a_cold_start(store, monkey
     assert _answers(restarted) == _answers(cold)
 
 
+def _memory_values(engine):
+    search, catalog = engine.state.search, engine.catalog
+    pieces, terms = search.pieces_for(catalog), search.memory_terms_for(catalog)
+    return {
+        mid: (pieces.pieces(mid), pieces.linked(mid), terms.by_memory[mid], pieces.rank_about(mem.description))
+        for mid, mem in catalog.memories.items()
+    }, dict(terms.doc_freq)
+
+
+@pytest.mark.parametrize("edit", list(EDITS_BETWEEN_RUNS), ids=list(EDITS_BETWEEN_RUNS))
+def test_memory_values_taken_back_by_document_match_a_cold_start(store, monkeypatch, edit):
+    """A memory's pieces, about text and stems come back per memory document: the restart's piece
+    index and terms are a cold start's, and only changed memories are cut again."""
+    from slayer_lsp.texts import pieces
+
+    first = Engine(store)
+    _memory_values(first)
+    first.close()
+    EDITS_BETWEEN_RUNS[edit](store)
+    cut = []
+    real = pieces.piece_texts
+    monkeypatch.setattr(pieces, "piece_texts", lambda mem: cut.append(mem.id) or real(mem))
+    restarted = Engine(store)
+    got = _memory_values(restarted)
+    assert set(cut) <= {"3"}  # the only memory an edit touches
+    monkeypatch.setattr(pieces, "piece_texts", real)
+    cold = Engine(store, use_cache=False)
+    assert got == _memory_values(cold)
+    assert _answers(restarted) == _answers(cold)
+
+
+@pytest.mark.parametrize("damage", ["not msgpack", "another code", "a piece list that is not one"])
+def test_a_damaged_memories_file_is_read_anew(store, damage):
+    from slayer_lsp.search import memory_entries
+
+    first = Engine(store)
+    expected = _memory_values(first)
+    first.close()
+    path = StoreCache.for_location(first.location).root / memory_entries.FILE
+    saved = msgspec.msgpack.decode(path.read_bytes())
+    if damage == "another code":
+        saved["code"] = "an older cutter"
+    elif damage == "a piece list that is not one":
+        saved["memories"]["3"][1] = 7
+    path.write_bytes(b"\x00garbage" if damage == "not msgpack" else msgspec.msgpack.encode(saved))
+    assert _memory_values(Engine(store)) == expected
+
+
 @pytest.mark.parametrize(
     "damage",
     ["a number past its table", "rows of the wrong length", "not msgpack", "another code"],
@@ -269,12 +317,14 @@ def test_texts_of_another_renderer_are_not_reused(store, monkeypatch):
 def test_an_unchanged_restart_rewrites_no_cache_file(store):
     first = Engine(store)
     _lexicon(first)
+    _memory_values(first)
     first.close()
     root = StoreCache.for_location(first.location).root
-    files = ["docs.msgpack", "fulltext.msgpack", "rendered.msgpack", "lexicon.msgpack"]
+    files = ["docs.msgpack", "fulltext.msgpack", "rendered.msgpack", "lexicon.msgpack", "memories.msgpack"]
     before = {name: (root / name).stat().st_mtime_ns for name in files}
     second = Engine(store)
     _lexicon(second)
+    _memory_values(second)
     second.close()
     assert {name: (root / name).stat().st_mtime_ns for name in files} == before
 

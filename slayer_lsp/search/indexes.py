@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import datasource_of, is_model_id
-from slayer_lsp.search import lexicon_entries, rendered, scope
+from slayer_lsp.search import lexicon_entries, memory_entries, rendered, scope
 from slayer_lsp.search.fulltext import FullTextIndex, FullTextView, IndexState
 from slayer_lsp.search.graph import GraphIndex
 from slayer_lsp.search.lexicon import Lexicon
@@ -376,11 +376,45 @@ class SearchIndexes:
 
     def pieces_for(self, catalog: Catalog) -> MemoryPieceIndex:
         """Memories cut into pieces for the hybrid ranking (built once, then derived per delta)."""
-        return self._lazy.get("pieces", lambda: MemoryPieceIndex.build(catalog))
+
+        def build() -> MemoryPieceIndex:
+            entries = self._memory_entries(catalog)
+            if entries is None:
+                return MemoryPieceIndex.build(catalog)
+            return MemoryPieceIndex.build(
+                catalog, {mid: (e.pieces, e.about) for mid, e in entries.by_memory.items()}
+            )
+
+        return self._lazy.get("pieces", build)
 
     def memory_terms_for(self, catalog: Catalog) -> MemoryTerms:
         """The memories' stems and their frequencies (built once, then derived per delta)."""
-        return self._lazy.get("memory terms", lambda: MemoryTerms.build(catalog))
+
+        def build() -> MemoryTerms:
+            entries = self._memory_entries(catalog)
+            if entries is None:
+                return MemoryTerms.build(catalog)
+            return MemoryTerms.build(catalog, {mid: e.stems for mid, e in entries.by_memory.items()})
+
+        return self._lazy.get("memory terms", build)
+
+    def _memory_entries(self, catalog: Catalog) -> memory_entries.MemoryEntries | None:
+        """The memories' pieces, about texts and stems for the first piece index and terms, those of
+        unchanged documents taken from the cache (``memory_entries``), which is written anew when any
+        had to be read; None without a cache to take them from."""
+        cache = self.cache if self.reuse else None
+        if cache is None:
+            return None
+
+        def read() -> memory_entries.MemoryEntries:
+            entries = memory_entries.read_entries(catalog, memory_entries.load(cache))
+            if entries.fresh:
+                cache.write_in_background(
+                    memory_entries.FILE, lambda: memory_entries.file_of(catalog, entries)
+                )
+            return entries
+
+        return self._lazy.get("memory entries", read)
 
     def warm(self, catalog: Catalog) -> None:
         """Build what the hybrid ranking needs (run off the request path at start-up): what every

@@ -44,8 +44,12 @@ class MemoryTerms:
     )  # memory id -> its IDF total and term IDFs, filled by the searches of this snapshot
 
     @classmethod
-    def build(cls, catalog: Catalog) -> MemoryTerms:
-        by_memory = {mid: memory_stems(m) for mid, m in catalog.memories.items()}
+    def build(cls, catalog: Catalog, known: Mapping[str, frozenset[str]] | None = None) -> MemoryTerms:
+        """Every memory's stems; ``known``: those already stemmed (``memory_entries``), by memory id."""
+        if known is None:
+            by_memory = {mid: memory_stems(m) for mid, m in catalog.memories.items()}
+        else:
+            by_memory = {mid: known.get(mid) or memory_stems(m) for mid, m in catalog.memories.items()}
         doc_freq: dict[str, int] = {}
         for terms in by_memory.values():
             for t in terms:

@@ -68,10 +68,7 @@ class PieceHit:
 class _Entry:
     pieces: tuple[str, ...]
     tags: tuple[str, ...]
-
-    @property
-    def about(self) -> str:
-        return about_text(self.tags)
+    about: str  # about_text(tags)
 
 
 ABOUT_PIECE = 2**32  # the piece number of a memory's about document (never a real piece)
@@ -120,6 +117,11 @@ def _query_text(question: str) -> str:
         elif parts:
             terms.append(parts[0])
     return " ".join(terms)
+
+
+def _entry_of(mem: d.Memory) -> _Entry:
+    tags = tuple(mem.entities)
+    return _Entry(tuple(piece_texts(mem)), tags, about_text(tags))
 
 
 def _note_links(tags: Moves, links: Moves, mid: str, entry: _Entry, *, joins: bool) -> None:
@@ -195,8 +197,18 @@ class MemoryPieceIndex:
     # ------------------------------------------------------------------ building
 
     @classmethod
-    def build(cls, catalog: Catalog) -> MemoryPieceIndex:
-        return cls().synced(catalog.memories)
+    def build(
+        cls, catalog: Catalog, known: Mapping[str, tuple[tuple[str, ...], str]] | None = None
+    ) -> MemoryPieceIndex:
+        """Every memory of ``catalog``; ``known``: memory id -> its pieces and about text, where
+        already cut (``memory_entries``), in place of cutting them again."""
+        if known is None:
+            return cls().synced(catalog.memories)
+        updates: dict[str, _Entry | None] = {}
+        for mid, mem in catalog.memories.items():
+            got = known.get(mid)
+            updates[mid] = _entry_of(mem) if got is None else _Entry(got[0], tuple(mem.entities), got[1])
+        return cls()._put(updates)
 
     def apply(self, catalog: Catalog, delta: Delta) -> MemoryPieceIndex:
         """The next generation: this one with the memories ``delta`` touches re-read from
@@ -223,7 +235,7 @@ class MemoryPieceIndex:
         updates: dict[str, _Entry | None] = {}
         for mid in memory_ids:
             mem = memories.get(mid)
-            updates[mid] = None if mem is None else _Entry(tuple(piece_texts(mem)), tuple(mem.entities))
+            updates[mid] = None if mem is None else _entry_of(mem)
         return self._put(updates)
 
     def _put(self, updates: Mapping[str, _Entry | None]) -> MemoryPieceIndex:
