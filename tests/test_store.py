@@ -342,3 +342,102 @@ def test_watcher_hints_read_only_the_changed_paths(yaml_copy, monkeypatch):
     assert all(hinted.docs[k].digest == fresh.docs[k].digest for k in fresh.docs)
     assert len(fresh.docs) == len(full.docs)  # one memory gone, one model added
     assert len(stats) <= 2 * 5  # the root and the hinted paths only, never every file
+
+
+def _replace(rel: str, old: str, new: str):
+    def edit(store):
+        path = store / rel
+        path.write_text(path.read_text().replace(old, new, 1))
+        return [rel]
+
+    return edit
+
+
+def _write(rel: str, text: str):
+    def edit(store):
+        (store / rel).write_text(text)
+        return [rel]
+
+    return edit
+
+
+def _restore(rel: str):
+    def edit(store):
+        shutil.copy(YAML_STORE / rel, store / rel)
+        return [rel]
+
+    return edit
+
+
+def _remove(rel: str):
+    def edit(store):
+        (store / rel).unlink()
+        return [rel]
+
+    return edit
+
+
+ZZ_ORDERS = "version: 15\nname: orders\ndata_source: jaffle\n"
+
+# (what the step does; whether the last read with the edited documents swapped in served it, or
+# None when a file came or went and the listing is gone through at once)
+EDIT_STEPS = [
+    ("a column described", _replace("models/jaffle/orders.yaml", "Order lifecycle", "Order state"), True),
+    ("a memory reworded", _replace("memories/3.md", "Chicago", "Zebracorn City"), True),
+    ("a watched path that is no document", _write("memories/.3.md.tmp.x", "half"), True),
+    ("a model broken", _write("models/jaffle/stores.yaml", "name: [unclosed"), False),
+    ("the broken model edited again", _write("models/jaffle/stores.yaml", "name: [still unclosed"), False),
+    ("the broken model mended", _restore("models/jaffle/stores.yaml"), False),
+    ("the mended model edited", _replace("models/jaffle/stores.yaml", "name: stores", "name: stores "), True),
+    (
+        "a model renamed in its file",
+        _replace("models/supplies/products.yaml", "name: products", "name: goods"),
+        False,
+    ),
+    ("a second file claims a model", _write("models/jaffle/zz_orders.yaml", ZZ_ORDERS), None),
+    (
+        "the file that lost the duplicate edited",
+        _write("models/jaffle/zz_orders.yaml", ZZ_ORDERS + "description: x\n"),
+        False,
+    ),
+    (
+        "the file that won the duplicate edited",
+        _replace("models/jaffle/orders.yaml", "Order state", "Order status"),
+        True,
+    ),
+    ("a memory removed", _remove("memories/4.md"), None),
+]
+
+
+def test_an_edit_hinted_by_the_watcher_reads_as_a_full_listing_does(tmp_path, monkeypatch):
+    """After each step the hinted read equals the full listing of a reader with the same history
+    (documents, their order, digests, issues), whether it was served by swapping the edited
+    documents into the last read or by going through the listing."""
+    from slayer_lsp.store.reader import YamlReader
+
+    store = tmp_path / "store"
+    shutil.copytree(YAML_STORE, store)
+    served = []
+    real = YamlReader._edited
+
+    def spy(self, *args):
+        result = real(self, *args)
+        served.append(result is not None)
+        return result
+
+    monkeypatch.setattr(YamlReader, "_edited", spy)
+    hinted_reader, full_reader = StoreReader(store), StoreReader(store)
+    hinted_reader.read()
+    full_reader.read()
+    for name, step, quick in EDIT_STEPS:
+        time.sleep(0.002)  # a new mtime for a rewrite of the same size
+        changed = [str(store / rel) for rel in step(store)]
+        served.clear()
+        hinted = hinted_reader.read(changed=changed)
+        assert served == ([] if quick is None else [quick]), name
+        full = full_reader.read()
+        assert list(hinted.docs) == list(full.docs), name
+        assert [d.digest for d in hinted.docs.values()] == [d.digest for d in full.docs.values()], name
+        assert [(str(i.source), i.message) for i in hinted.issues] == [
+            (str(i.source), i.message) for i in full.issues
+        ], name

@@ -143,8 +143,11 @@ class Catalog:
         if read.unchanged and self.fatal is None:
             return self, Delta()
         old_docs, new_docs = self.docs, read.docs
-        changed_keys = [
-            k for k, doc in new_docs.items() if (old := old_docs.get(k)) is None or old.digest != doc.digest
+        get = old_docs.get
+        changed_keys = [  # a reader hands back an unchanged document as the same object
+            k
+            for k, doc in new_docs.items()
+            if (old := get(k)) is not doc and (old is None or old.digest != doc.digest)
         ]
         removed_keys = [k for k in old_docs if k not in new_docs]
         load_issues = tuple(read.issues)

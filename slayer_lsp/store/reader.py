@@ -207,6 +207,8 @@ class YamlReader:
         )  # paths whose cached doc is the last good one of a file that now fails
         self._listed: dict[str, Any] | None = None  # the last listing: path -> parser
         self._listing_issues: list[LoadIssue] = []  # directories the last listing refused (links, ...)
+        self._last: StoreRead | None = None  # the last complete read
+        self._won: dict[str, DocKey] = {}  # path -> the key its document holds in the last read
 
     def read(self, changed: Iterable[str] | None = None) -> StoreRead:
         """Read the whole store. With ``changed`` (paths a file watcher reported), only those paths
@@ -237,6 +239,10 @@ class YamlReader:
                     listed[path] = parse
                 else:
                     listed.pop(path, None)
+            if not reorder:
+                quick = self._edited(recheck, listed)
+                if quick is not None:
+                    return quick
             entries = (
                 sorted(listed.items(), key=lambda kv: self._order_key(kv[0]))
                 if reorder
@@ -248,6 +254,7 @@ class YamlReader:
         self._listed = dict(entries)
         out.issues.extend(self._listing_issues)
         live: set[str] = set()
+        won: dict[str, DocKey] = {}
         for path, parse in entries:
             live.add(path)
             if recheck is not None and path not in recheck and path in self._cache:
@@ -268,9 +275,37 @@ class YamlReader:
                 )
                 continue
             out.docs[doc.key] = doc
+            won[path] = doc.key
         for stale in set(self._cache) - live:
             del self._cache[stale]
         self._retained &= live
+        self._last, self._won = out, won
+        return out
+
+    def _edited(self, paths: set[str], listed: dict[str, Any]) -> StoreRead | None:
+        """The last read with the documents of ``paths`` read again, when that is all an edit
+        changes: every path still holds the key it held, loads cleanly and loaded cleanly before
+        (so the order of documents, which file wins a duplicate key and the issues are as they
+        were). None otherwise: the whole listing is then gone through again."""
+        last = self._last
+        if last is None:
+            return None
+        docs: dict[DocKey, StoredDoc] | None = None
+        for path in paths:
+            parse = listed.get(path)
+            if parse is None:  # not a store document
+                continue
+            key = self._won.get(path)
+            if key is None or path in self._retained:
+                return None
+            doc, _ = self._load(path, parse)
+            if doc is None or doc.key != key or path in self._retained:
+                return None
+            if docs is None:
+                docs = dict(last.docs)
+            docs[key] = doc
+        out = StoreRead(self.location, docs if docs is not None else dict(last.docs), list(last.issues))
+        self._last = out
         return out
 
     def _parser_for(self, path: str) -> Any:

@@ -160,7 +160,14 @@ def render_entity(catalog: Catalog, canonical: str) -> RenderedDoc | None:
         return RenderedDoc(canonical, "memory", memory_text(obj), obj.description)
     if ent.kind == "datasource":
         assert isinstance(obj, d.Datasource)
-        models = [catalog.models[m] for m in catalog.children(canonical) if m in catalog.models]
+        # the datasource's own models, looked up one by one: ``catalog.models`` is built per snapshot
+        # (10,000 models at every edit)
+        entity = catalog.entities.get
+        models = [
+            e.model
+            for m in catalog.children(canonical)
+            if (e := entity(m)) is not None and e.kind == "model" and e.model is not None
+        ]
         return RenderedDoc(canonical, "datasource", datasource_text(obj, models), obj.description)
     assert model is not None
     if ent.kind == "model":
