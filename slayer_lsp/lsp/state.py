@@ -41,7 +41,7 @@ from slayer_lsp.lsp import convert
 from slayer_lsp.lsp.diagnostics import Diagnostics
 from slayer_lsp.lsp.options import Options, parse_options
 from slayer_lsp.lsp.protocol import SlayerProtocol, converter
-from slayer_lsp.watch import document_paths, watch_quiet_ms
+from slayer_lsp.watch import document_paths
 
 if TYPE_CHECKING:
     from slayer_lsp.catalog import Catalog
@@ -341,6 +341,7 @@ class SlayerLanguageServer(LanguageServer):
             except Exception as exc:  # noqa: BLE001 - a client that refuses progress still gets served
                 log.info("no work-done progress: %s", exc)
                 token = None
+        await self._watch_before_reading()
         try:
             await asyncio.to_thread(engine.refresh)
         except Exception as exc:  # noqa: BLE001
@@ -357,7 +358,6 @@ class SlayerLanguageServer(LanguageServer):
             self.work_done_progress.end(token, t.WorkDoneProgressEnd(message=f"{n} entities"))
         assert self._ready is not None
         self._ready.set()
-        self._start_watcher()
         self.note_store_fault(cat.fatal if cat is not None else None)
         self.diagnostics.republish_all()
 
@@ -383,15 +383,13 @@ class SlayerLanguageServer(LanguageServer):
         if message is not None and self.loop is not None:
             self.loop.call_soon_threadsafe(self.show, *message)
 
-    def _start_watcher(self) -> None:
-        from slayer_lsp.watch import StoreWatcher
+    async def _watch_before_reading(self) -> None:
+        """Start watching the store before its first read (``watch.until_in_place``)."""
+        from slayer_lsp.watch import server_watcher, until_in_place
 
-        if self.watcher is not None or self.engine is None:
-            return
-        self.watcher = StoreWatcher(
-            self.engine.location, self._on_store_change, quiet_ms=watch_quiet_ms(), catch_up=True
-        )
-        self.watcher.start()
+        if self.watcher is None and self.engine is not None:
+            self.watcher = server_watcher(self.engine.location, self._on_store_change)
+            await until_in_place(self.watcher)
 
     def stop_watcher(self) -> None:
         if self.watcher is not None:

@@ -128,6 +128,7 @@ class McpApp:
 
     async def _initial_index(self) -> None:
         self.indexing = True
+        await self._watch_before_reading()
         try:
             await asyncio.to_thread(self.engine.refresh)
         except Exception:  # noqa: BLE001 - the tools report the engine's state
@@ -142,7 +143,6 @@ class McpApp:
             self.engine.location,
             len(state.catalog.entities) if state is not None else 0,
         )
-        self._start_watcher()
         self._note_fault(state.catalog.fatal if state is not None else None)
 
     async def wait_ready(self, ctx: Any) -> Any:
@@ -170,14 +170,13 @@ class McpApp:
 
     # ------------------------------------------------------------------ store changes
 
-    def _start_watcher(self) -> None:
-        from slayer_lsp.watch import StoreWatcher, watch_quiet_ms
+    async def _watch_before_reading(self) -> None:
+        """Start watching the store before its first read (``watch.until_in_place``)."""
+        from slayer_lsp.watch import server_watcher, until_in_place
 
         if self.watcher is None and self.engine is not None:
-            self.watcher = StoreWatcher(
-                self.engine.location, self._on_store_change, quiet_ms=watch_quiet_ms(), catch_up=True
-            )
-            self.watcher.start()
+            self.watcher = server_watcher(self.engine.location, self._on_store_change)
+            await until_in_place(self.watcher)
 
     def _on_store_change(self, paths: set[str]) -> None:
         """Watcher thread: re-read what changed, then announce it on the loop."""

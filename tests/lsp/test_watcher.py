@@ -112,6 +112,47 @@ def test_a_change_made_before_the_watch_is_caught_up_with(store, catch_up):
     assert calls == ([{str(store)}] if catch_up else [])
 
 
+def test_a_read_after_the_watch_is_in_place_needs_no_catch_up(store):
+    """A server that waits for the watch before its first read: a write after that wait arrives as
+    its own path, and no whole re-read is asked for."""
+    calls: list[set[str]] = []
+    done = threading.Event()
+
+    def on_change(paths: set[str]) -> None:
+        calls.append(paths)
+        done.set()
+
+    watcher = StoreWatcher(StoreLocation("yaml", store), on_change, quiet_ms=50, catch_up=True)
+    watcher.start()
+    try:
+        assert watcher.wait_in_place(10)
+        path = store / "models" / "jaffle" / "orders.yaml"
+        path.write_text(path.read_text() + "\n")  # while the first read would run
+        assert done.wait(10)
+        time.sleep(0.3)  # nothing else follows
+    finally:
+        watcher.stop()
+    assert calls == [{str(path)}]
+
+
+def test_a_watch_not_in_place_in_time_catches_up_once_it_is(store):
+    calls: list[set[str]] = []
+    done = threading.Event()
+
+    def on_change(paths: set[str]) -> None:
+        calls.append(paths)
+        done.set()
+
+    watcher = StoreWatcher(StoreLocation("yaml", store), on_change, quiet_ms=50, catch_up=True)
+    assert not watcher.wait_in_place(0)  # not started: the caller reads without waiting longer
+    watcher.start()
+    try:
+        assert done.wait(10)
+    finally:
+        watcher.stop()
+    assert calls == [{str(store)}]
+
+
 @pytest.mark.parametrize(
     ("raw", "enable", "switch", "problems"),
     [
