@@ -100,6 +100,18 @@ CASES = {
         collector.settle()
         assert flag == ["gone"] and gc.get_freeze_count() > 0
     """,
+    "only_a_later_build_settles": """
+        from tests.conftest import YAML_STORE
+        from slayer_lsp.engine import Engine
+
+        settled = []
+        collector.settle = lambda: settled.append(1)
+        Engine(YAML_STORE, use_cache=False).refresh()
+        assert gc.get_freeze_count() > 0, "the first build is frozen"
+        assert not settled, "and not walked: nothing frozen before it can be garbage"
+        Engine(YAML_STORE, use_cache=False).refresh()
+        assert settled == [1], "a later build's end collects what the earlier one held"
+    """,
 }
 
 
