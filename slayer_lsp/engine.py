@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
@@ -176,6 +177,9 @@ class Engine:
         self._closed = False
         self.searches = SearchesInFlight()  # searches running now: the warm-up steps aside for them
         self.warming = False  # the start-up's background work (``_warm``) is under way
+        # what the first read waits for before it looks at the store (a server's watch being put in
+        # place, so that no change between the two goes unseen)
+        self.before_first_read: Callable[[], object] | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -210,7 +214,9 @@ class Engine:
             t0 = time.perf_counter()
             # a store unreadable since the start has nothing indexed yet: its first good read builds
             first = self._state is None or not self._built
-            read = self._reader.read(None if first else changed_paths)
+            read = self._reader.read(
+                None if first else changed_paths, before_listing=self.before_first_read if first else None
+            )
             t1 = time.perf_counter()
             was = self._state.catalog.fatal if self._state is not None else None
             if read.fatal is not None and read.fatal == was:

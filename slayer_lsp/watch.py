@@ -21,8 +21,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slayer_lsp.store.locate import StoreLocation
+
+if TYPE_CHECKING:
+    from slayer_lsp.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +107,9 @@ class StoreWatcher:
     overlap, and changes made while one runs are handed to the next."""
 
     POLL_STEP_MS = 10
+    # how long one wait for events lasts: the first one's end is when a server learns that its
+    # watch is in place (see ``wait_in_place``), so it is short
+    RUST_TIMEOUT_MS = 100
 
     def __init__(
         self,
@@ -232,8 +239,8 @@ class StoreWatcher:
                     debounce=self.max_wait_ms,
                     step=self.POLL_STEP_MS,
                     stop_event=self._stop,
-                    rust_timeout=1000,
-                    yield_on_timeout=True,  # the first yield says the watch is in place
+                    rust_timeout=self.RUST_TIMEOUT_MS,  # the first (empty) yield says the watch is in place
+                    yield_on_timeout=True,
                     raise_interrupt=False,
                     recursive=self.location.backend == "yaml" or not present,
                     force_polling=self.force_polling,
@@ -282,19 +289,19 @@ class StoreWatcher:
                 log.exception("store change handler failed")
 
 
-def server_watcher(location: StoreLocation, on_change: Callable[[set[str]], None]) -> StoreWatcher:
-    """A long-lived server's watcher, started: the quiet period of ``watch_quiet_ms``, and a whole
-    re-read whenever a watch is put in place (but see ``until_in_place``)."""
-    watcher = StoreWatcher(location, on_change, quiet_ms=watch_quiet_ms(), catch_up=True)
+def watch_before_first_read(engine: Engine, on_change: Callable[[set[str]], None]) -> StoreWatcher:
+    """A long-lived server's watcher of ``engine``'s store, started (the quiet period of
+    ``watch_quiet_ms``; a whole re-read whenever a watch is put in place, except the first when
+    the engine's first read waited for it). The engine's first read looks at the store once the
+    watch is in place: it then needs no whole re-read after it (0.8 s at 10,000 models, right when
+    the first requests come). The wait overlaps the read's own start (its parse cache is loaded
+    first)."""
+    watcher = StoreWatcher(engine.location, on_change, quiet_ms=watch_quiet_ms(), catch_up=True)
     watcher.start()
+
+    def wait() -> None:
+        if not watcher.wait_in_place(WATCH_IN_PLACE_S):
+            log.info("reading the store before its watch is in place; it is read again once it is")
+
+    engine.before_first_read = wait
     return watcher
-
-
-async def until_in_place(watcher: StoreWatcher) -> None:
-    """Wait (at most ``WATCH_IN_PLACE_S``) until the first watch is in place, so that the server's
-    first read of the store needs no whole re-read after it (0.8 s at 10,000 models, right when the
-    first requests come)."""
-    import asyncio
-
-    if not await asyncio.to_thread(watcher.wait_in_place, WATCH_IN_PLACE_S):
-        log.info("reading the store before its watch is in place; it is read again once it is")

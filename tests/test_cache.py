@@ -231,7 +231,12 @@ def _memory_values(engine):
     search, catalog = engine.state.search, engine.catalog
     pieces, terms = search.pieces_for(catalog), search.memory_terms_for(catalog)
     return {
-        mid: (pieces.pieces(mid), pieces.linked(mid), terms.by_memory[mid], pieces.rank_about(mem.description))
+        mid: (
+            pieces.pieces(mid),
+            pieces.linked(mid),
+            terms.by_memory[mid],
+            pieces.rank_about(mem.description),
+        )
         for mid, mem in catalog.memories.items()
     }, dict(terms.doc_freq)
 

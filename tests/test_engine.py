@@ -195,3 +195,25 @@ def test_a_large_index_is_not_rebuilt_for_every_change(
     _edit(store)
     engine.refresh()
     assert engine.current().search.needs_compaction is expected
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_the_first_read_waits_for_what_must_come_before_it(store, tmp_path, monkeypatch, use_cache):
+    """``before_first_read`` (a server's watch being put in place) runs once, before the first read
+    looks at the store: a change made while it runs is in the first snapshot."""
+    monkeypatch.setenv("SLAYER_LSP_CACHE_DIR", str(tmp_path / "cache"))
+    Engine(store).close()  # a parse cache to load first
+    calls = []
+
+    def before() -> None:
+        calls.append(1)
+        path = store / "models/jaffle/orders.yaml"
+        path.write_text(path.read_text().replace("columns:\n", "columns:\n- name: zebracorn\n  type: TEXT\n", 1))
+
+    engine = Engine(store, use_cache=use_cache)
+    engine.before_first_read = before
+    engine.refresh()
+    assert calls == [1]
+    assert engine.catalog.get("jaffle.orders.zebracorn") is not None
+    engine.refresh()
+    assert calls == [1]

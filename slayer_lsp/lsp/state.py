@@ -341,7 +341,7 @@ class SlayerLanguageServer(LanguageServer):
             except Exception as exc:  # noqa: BLE001 - a client that refuses progress still gets served
                 log.info("no work-done progress: %s", exc)
                 token = None
-        await self._watch_before_reading()
+        self._watch_before_reading()
         try:
             await asyncio.to_thread(engine.refresh)
         except Exception as exc:  # noqa: BLE001
@@ -383,13 +383,11 @@ class SlayerLanguageServer(LanguageServer):
         if message is not None and self.loop is not None:
             self.loop.call_soon_threadsafe(self.show, *message)
 
-    async def _watch_before_reading(self) -> None:
-        """Start watching the store before its first read (``watch.until_in_place``)."""
-        from slayer_lsp.watch import server_watcher, until_in_place
+    def _watch_before_reading(self) -> None:
+        from slayer_lsp.watch import watch_before_first_read
 
         if self.watcher is None and self.engine is not None:
-            self.watcher = server_watcher(self.engine.location, self._on_store_change)
-            await until_in_place(self.watcher)
+            self.watcher = watch_before_first_read(self.engine, self._on_store_change)
 
     def stop_watcher(self) -> None:
         if self.watcher is not None:

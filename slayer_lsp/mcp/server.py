@@ -128,7 +128,7 @@ class McpApp:
 
     async def _initial_index(self) -> None:
         self.indexing = True
-        await self._watch_before_reading()
+        self._watch_before_reading()
         try:
             await asyncio.to_thread(self.engine.refresh)
         except Exception:  # noqa: BLE001 - the tools report the engine's state
@@ -170,13 +170,11 @@ class McpApp:
 
     # ------------------------------------------------------------------ store changes
 
-    async def _watch_before_reading(self) -> None:
-        """Start watching the store before its first read (``watch.until_in_place``)."""
-        from slayer_lsp.watch import server_watcher, until_in_place
+    def _watch_before_reading(self) -> None:
+        from slayer_lsp.watch import watch_before_first_read
 
         if self.watcher is None and self.engine is not None:
-            self.watcher = server_watcher(self.engine.location, self._on_store_change)
-            await until_in_place(self.watcher)
+            self.watcher = watch_before_first_read(self.engine, self._on_store_change)
 
     def _on_store_change(self, paths: set[str]) -> None:
         """Watcher thread: re-read what changed, then announce it on the loop."""

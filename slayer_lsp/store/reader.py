@@ -23,7 +23,7 @@ import os
 import re
 import sqlite3
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -848,9 +848,12 @@ class StoreReader:
                 self._cache.save_docs(self._impl.export_parsed())
                 self._saved = state
 
-    def read(self, changed: Iterable[str] | None = None) -> StoreRead:
+    def read(
+        self, changed: Iterable[str] | None = None, before_listing: Callable[[], object] | None = None
+    ) -> StoreRead:
         """Read the store; ``changed`` optionally names the paths a watcher saw change (a hint: the
-        YAML reader then skips the full listing; the SQLite reader always reads every row)."""
+        YAML reader then skips the full listing; the SQLite reader always reads every row).
+        ``before_listing`` runs once the parse cache is loaded, before the store is looked at."""
         if not self._loaded:
             # here rather than at construction: the first read runs as part of the engine's first
             # build, with the cyclic GC paused (decoding 400,000 columns with it running took 4 times
@@ -859,6 +862,8 @@ class StoreReader:
             assert self._cache is not None
             self._impl.import_parsed(self._cache.load_docs())
             self._saved = self._impl.parsed_state()
+        if before_listing is not None:
+            before_listing()
         try:
             if isinstance(self._impl, YamlReader):
                 return self._impl.read(changed)
