@@ -208,7 +208,9 @@ def test_the_first_read_waits_for_what_must_come_before_it(store, tmp_path, monk
     def before() -> None:
         calls.append(1)
         path = store / "models/jaffle/orders.yaml"
-        path.write_text(path.read_text().replace("columns:\n", "columns:\n- name: zebracorn\n  type: TEXT\n", 1))
+        path.write_text(
+            path.read_text().replace("columns:\n", "columns:\n- name: zebracorn\n  type: TEXT\n", 1)
+        )
 
     engine = Engine(store, use_cache=use_cache)
     engine.before_first_read = before

@@ -427,7 +427,7 @@ def test_an_edit_hinted_by_the_watcher_reads_as_a_full_listing_does(tmp_path, mo
 
     monkeypatch.setattr(YamlReader, "_edited", spy)
     hinted_reader, full_reader = StoreReader(store), StoreReader(store)
-    hinted_reader.read()
+    catalog = Catalog.from_read(hinted_reader.read())
     full_reader.read()
     for name, step, quick in EDIT_STEPS:
         time.sleep(0.002)  # a new mtime for a rewrite of the same size
@@ -441,3 +441,9 @@ def test_an_edit_hinted_by_the_watcher_reads_as_a_full_listing_does(tmp_path, mo
         assert [(str(i.source), i.message) for i in hinted.issues] == [
             (str(i.source), i.message) for i in full.issues
         ], name
+        catalog = catalog.derive(hinted)[0]  # and the snapshot derived from it is a fresh one's
+        fresh = Catalog.from_read(full)
+        assert dict(catalog.models_by_name) == dict(fresh.models_by_name), name
+        assert catalog.models_in_order() == fresh.models_in_order(), name
+        assert dict(catalog.children_of) == dict(fresh.children_of), name
+        assert set(catalog.entities) == set(fresh.entities), name

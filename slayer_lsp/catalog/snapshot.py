@@ -161,11 +161,12 @@ class Catalog:
         # a first build fills a plain dict (C lookups), which becomes the new map's base as it is
         entities: dict[str, Entity] | LayeredMutation[Entity] = {} if not base else base.mutate()
         children = dict(self.children_of)
-        by_name = (
-            {k: list(v) for k, v in self.models_by_name.items()}
-            if self._touches_models(changed_keys, removed_keys)
-            else None
+        # which datasources hold a model of each name: changed only when a model comes or goes (an
+        # edited model keeps its key, and so its name and datasource)
+        models_come_or_go = any(k.kind == "model" for k in removed_keys) or any(
+            k.kind == "model" and k not in old_docs for k in changed_keys
         )
+        by_name = {k: list(v) for k, v in self.models_by_name.items()} if models_come_or_go else None
         counts = dict(self.counts())
         doc_issues = self.document_issue_count()
         before: dict[str, Entity] = {}
@@ -252,10 +253,6 @@ class Catalog:
             doc_issues,
         )
         return snap, delta
-
-    @staticmethod
-    def _touches_models(*key_lists: list[DocKey]) -> bool:
-        return any(k.kind == "model" for keys in key_lists for k in keys)
 
     @staticmethod
     def _unlink(
