@@ -204,29 +204,6 @@ def _lexicon(engine):
     return contents(engine.state.search.lexicon_for(engine.catalog))
 
 
-@pytest.mark.parametrize("edit", list(EDITS_BETWEEN_RUNS), ids=list(EDITS_BETWEEN_RUNS))
-def test_lexicon_entries_taken_back_by_document_match_a_cold_start(store, monkeypatch, edit):
-    """The lexicon's leaves come back a model document at a time: whatever changed between two runs,
-    the restart's lexicon is the one a cold start builds, and only changed documents are read."""
-    from slayer_lsp.search import lexicon_entries
-
-    first = Engine(store)
-    _lexicon(first)
-    first.close()
-    EDITS_BETWEEN_RUNS[edit](store)
-    read = []
-    real = lexicon_entries.leaf_entry
-    monkeypatch.setattr(lexicon_entries, "leaf_entry", lambda ent: read.append(ent.canonical) or real(ent))
-    restarted = Engine(store)
-    got = _lexicon(restarted)
-    orders = {c for c in got["stems"] if c.startswith("jaffle.orders.")}
-    assert set(read) <= orders  # every other model's leaves came from the cache
-    monkeypatch.setattr(lexicon_entries, "leaf_entry", real)
-    cold = Engine(store, use_cache=False)
-    assert got == _lexicon(cold)
-    assert _answers(restarted) == _answers(cold)
-
-
 def _memory_values(engine):
     search, catalog = engine.state.search, engine.catalog
     pieces, terms = search.pieces_for(catalog), search.memory_terms_for(catalog)
@@ -241,26 +218,44 @@ def _memory_values(engine):
     }, dict(terms.doc_freq)
 
 
+def _taken_back(store, monkeypatch, edit, values, module, reader):
+    """Run, edit, restart: the restart's ``values`` (checked against a cold start's, as are its
+    answers) and what it handed to ``module.reader`` (the per-document work the cache saves)."""
+    first = Engine(store)
+    values(first)
+    first.close()
+    EDITS_BETWEEN_RUNS[edit](store)
+    seen = []
+    real = getattr(module, reader)
+    monkeypatch.setattr(module, reader, lambda item: seen.append(item) or real(item))
+    restarted = Engine(store)
+    got = values(restarted)
+    monkeypatch.setattr(module, reader, real)
+    cold = Engine(store, use_cache=False)
+    assert got == values(cold)
+    assert _answers(restarted) == _answers(cold)
+    return got, seen
+
+
+@pytest.mark.parametrize("edit", list(EDITS_BETWEEN_RUNS), ids=list(EDITS_BETWEEN_RUNS))
+def test_lexicon_entries_taken_back_by_document_match_a_cold_start(store, monkeypatch, edit):
+    """The lexicon's leaves come back a model document at a time: whatever changed between two runs,
+    the restart's lexicon is the one a cold start builds, and only changed documents are read."""
+    from slayer_lsp.search import lexicon_entries
+
+    got, read = _taken_back(store, monkeypatch, edit, _lexicon, lexicon_entries, "leaf_entry")
+    orders = {c for c in got["stems"] if c.startswith("jaffle.orders.")}
+    assert {ent.canonical for ent in read} <= orders  # every other model's leaves came from the cache
+
+
 @pytest.mark.parametrize("edit", list(EDITS_BETWEEN_RUNS), ids=list(EDITS_BETWEEN_RUNS))
 def test_memory_values_taken_back_by_document_match_a_cold_start(store, monkeypatch, edit):
     """A memory's pieces, about text and stems come back per memory document: the restart's piece
     index and terms are a cold start's, and only changed memories are cut again."""
     from slayer_lsp.texts import pieces
 
-    first = Engine(store)
-    _memory_values(first)
-    first.close()
-    EDITS_BETWEEN_RUNS[edit](store)
-    cut = []
-    real = pieces.piece_texts
-    monkeypatch.setattr(pieces, "piece_texts", lambda mem: cut.append(mem.id) or real(mem))
-    restarted = Engine(store)
-    got = _memory_values(restarted)
-    assert set(cut) <= {"3"}  # the only memory an edit touches
-    monkeypatch.setattr(pieces, "piece_texts", real)
-    cold = Engine(store, use_cache=False)
-    assert got == _memory_values(cold)
-    assert _answers(restarted) == _answers(cold)
+    _, cut = _taken_back(store, monkeypatch, edit, _memory_values, pieces, "piece_texts")
+    assert {mem.id for mem in cut} <= {"3"}  # the only memory an edit touches
 
 
 @pytest.mark.parametrize("damage", ["not msgpack", "another code", "a piece list that is not one"])

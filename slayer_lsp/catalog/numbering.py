@@ -7,20 +7,23 @@ and no lock (one writer: the refresh)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from operator import itemgetter
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 
-class Numbering:
-    def __init__(self, names: Iterable[str] = ()) -> None:
-        self.names: list[str] = list(names)  # number -> key
-        self.number: dict[str, int] = dict(zip(self.names, range(len(self.names)), strict=True))
+H = TypeVar("H", bound=Hashable)
 
-    def of(self, key: str) -> int:
+
+class Numbering(Generic[H]):
+    def __init__(self, names: Iterable[H] = ()) -> None:
+        self.names: list[H] = list(names)  # number -> key
+        self.number: dict[H, int] = dict(zip(self.names, range(len(self.names)), strict=True))
+
+    def of(self, key: H) -> int:
         """The key's number, a new one (the next) the first time."""
         n = self.number.get(key)
         if n is None:

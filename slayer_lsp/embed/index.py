@@ -276,7 +276,7 @@ class VectorIndex:
         self._ids: list[str] = []  # row -> id (append-only until the matrix is compacted)
         self._hashes: list[str] = []
         self._pos: dict[str, int] = {}  # live id -> row
-        self._kinds = Numbering()  # kind -> code
+        self._kinds: Numbering[str] = Numbering()  # kind -> code
         cap = max(_MIN_CAPACITY, capacity)
         self._codes = np.zeros(cap, dtype=np.int16)
         self._mat = np.zeros((cap, dim), dtype=np.float32) if dim else None

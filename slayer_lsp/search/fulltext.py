@@ -208,7 +208,7 @@ class FullTextIndex:
         self._kind_counts: dict[str, int] = {"memory": 0, "entity": 0}
         self._members: LayeredMap[str] = LayeredMap()  # canonical -> "memory" | "entity"
         # canonical -> u64 fast-field key (hits map back without doc fetches)
-        self._numbers = Numbering()
+        self._numbers: Numbering[str] = Numbering()
         self._digests: dict[str, str] = {}  # canonical -> digest of the indexed text
         self._deletions = 0
         if _state is not None:

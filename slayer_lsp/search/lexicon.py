@@ -53,7 +53,7 @@ class Lexicon:
     shapes: LayeredMap[frozenset[str]] = field(default_factory=LayeredMap)  # column id -> value shapes
     joins: LayeredMap[tuple[tuple[str, str, str], ...]] = field(default_factory=LayeredMap)
     # model id -> ((other model id, key column here, key column there), ...): each join's first pair
-    numbers: Numbering = field(default_factory=Numbering)  # shared by the generations
+    numbers: Numbering[str] = field(default_factory=Numbering)  # shared by the generations
     # number -> how many stems its name has (this generation's)
     lengths: np.ndarray = field(default_factory=_NO_NUMBERS.copy)
 
@@ -70,7 +70,7 @@ class Lexicon:
         waited for)."""
         ids = rows.ids
         stem_rows, term_rows, shape_rows = rows.columns()
-        stem_table = rows.stem_table.values
+        stem_table = rows.stem_table.names
         stems = dict(zip(ids, pick(stem_table, stem_rows.tolist()), strict=True))
         numbers = Numbering(ids)
         postings: dict[str, np.ndarray] = {}
@@ -83,12 +83,12 @@ class Lexicon:
             array = arrays[0] if len(arrays) == 1 else np.sort(np.concatenate(arrays))
             array.flags.writeable = False
             postings[stem] = array
-        terms = _non_empty(ids, term_rows, rows.term_table.values)
+        terms = _non_empty(ids, term_rows, rows.term_table.names)
         by_value: dict[str, list[str]] = {}
         for table_no, members in _groups(term_rows):
             if table_no:
                 cids = pick(ids, members.tolist())
-                for term in rows.term_table.values[table_no]:
+                for term in rows.term_table.names[table_no]:
                     by_value.setdefault(term, []).extend(cids)
         sizes = np.fromiter(map(len, stem_table), np.int32, len(stem_table))
         return cls(
@@ -96,7 +96,7 @@ class Lexicon:
             Map(postings),
             LayeredMap(terms),
             Map({term: frozenset(cids) for term, cids in by_value.items()}),
-            LayeredMap(_non_empty(ids, shape_rows, rows.shape_table.values)),
+            LayeredMap(_non_empty(ids, shape_rows, rows.shape_table.names)),
             LayeredMap(dict(rows.joins)),
             numbers,
             sizes[stem_rows] if len(ids) else _NO_NUMBERS.copy(),

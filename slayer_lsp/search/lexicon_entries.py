@@ -30,6 +30,7 @@ import numpy as np
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.catalog.ids import child_id
 from slayer_lsp.catalog.layered import getter
+from slayer_lsp.catalog.numbering import Numbering
 from slayer_lsp.search import name_stems, sampled_values
 from slayer_lsp.store import documents, fastyaml, reader
 from slayer_lsp.store.cache import StoreCache, code_stamp
@@ -72,23 +73,6 @@ def code() -> str:
     return code_stamp(sys.modules[__name__], name_stems, sampled_values, documents, reader, fastyaml)
 
 
-class _Table:
-    """Distinct values in order of first sight, each with its number."""
-
-    __slots__ = ("values", "_number")
-
-    def __init__(self, values: list[Any]) -> None:
-        self.values = values
-        self._number = {v: n for n, v in enumerate(values)}
-
-    def number(self, value: object) -> int:
-        n = self._number.get(value)
-        if n is None:
-            n = self._number[value] = len(self.values)
-            self.values.append(value)
-        return n
-
-
 @dataclass
 class Rows:
     """The lexicon's entries as columns, in corpus order: ids, and per id the numbers of its stem
@@ -98,9 +82,10 @@ class Rows:
     stem_rows: array[int] = field(default_factory=lambda: array("i"))
     term_rows: array[int] = field(default_factory=lambda: array("i"))
     shape_rows: array[int] = field(default_factory=lambda: array("i"))
-    stem_table: _Table = field(default_factory=lambda: _Table([]))
-    term_table: _Table = field(default_factory=lambda: _Table([_EMPTY]))
-    shape_table: _Table = field(default_factory=lambda: _Table([_EMPTY]))
+    # the distinct values, each with its number (``Numbering``: one per value, in order of first sight)
+    stem_table: Numbering[tuple[str, ...]] = field(default_factory=Numbering)
+    term_table: Numbering[frozenset[str]] = field(default_factory=lambda: Numbering([_EMPTY]))
+    shape_table: Numbering[frozenset[str]] = field(default_factory=lambda: Numbering([_EMPTY]))
     joins: dict[str, Joins] = field(default_factory=dict)  # model id -> its joins
     leaves: dict[str, tuple[int, int]] = field(default_factory=dict)  # model id -> its leaf rows
     fresh: int = 0  # leaves read from the catalog (not taken back)
@@ -109,9 +94,9 @@ class Rows:
         self, canonical: str, stems: tuple[str, ...], terms: frozenset[str], shapes: frozenset[str]
     ) -> None:
         self.ids.append(canonical)
-        self.stem_rows.append(self.stem_table.number(stems))
-        self.term_rows.append(self.term_table.number(terms) if terms else 0)
-        self.shape_rows.append(self.shape_table.number(shapes) if shapes else 0)
+        self.stem_rows.append(self.stem_table.of(stems))
+        self.term_rows.append(self.term_table.of(terms) if terms else 0)
+        self.shape_rows.append(self.shape_table.of(shapes) if shapes else 0)
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The three number columns as int32 arrays (views of the rows)."""
@@ -160,9 +145,9 @@ def read_rows(catalog: Catalog, saved: LexiconFile | None = None) -> Rows:
 def _rows_of(saved: LexiconFile) -> Rows:
     """Empty rows over the saved tables (their strings interned, as read entries' are)."""
     return Rows(
-        stem_table=_Table([tuple(map(sys.intern, t)) for t in saved.stems]),
-        term_table=_Table([frozenset(map(sys.intern, t)) for t in saved.terms]),
-        shape_table=_Table([frozenset(t) for t in saved.shapes]),
+        stem_table=Numbering([tuple(map(sys.intern, t)) for t in saved.stems]),
+        term_table=Numbering([frozenset(map(sys.intern, t)) for t in saved.terms]),
+        shape_table=Numbering([frozenset(t) for t in saved.shapes]),
     )
 
 
@@ -214,9 +199,9 @@ def file_of(catalog: Catalog, rows: Rows) -> LexiconFile:
         0,
         "",
         code(),
-        list(rows.stem_table.values),
-        [sorted(t) for t in rows.term_table.values],
-        [sorted(t) for t in rows.shape_table.values],
+        list(rows.stem_table.names),
+        [sorted(t) for t in rows.term_table.names],
+        [sorted(t) for t in rows.shape_table.names],
         models,
     )
 

@@ -142,7 +142,9 @@ class _PieceWriter:
         self.tantivy = open_index(self.schema)
         self.tantivy.register_tokenizer(ANALYZER, _analyzer())
         self.writer = self.tantivy.writer(heap_size=16_000_000, num_threads=1)
-        self.numbers = Numbering()  # memory id -> u64 fast-field key; a generation reads only its own
+        self.numbers: Numbering[str] = (
+            Numbering()
+        )  # memory id -> u64 fast-field key; a generation reads only its own
         self.head: MemoryPieceIndex | None = None
         self.closed = False
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -90,10 +91,8 @@ def test_one_callback_per_burst_with_every_path_and_no_hold_back_by_ignored_file
     ]
 
 
-@pytest.mark.parametrize("catch_up", [True, False])
-def test_a_change_made_before_the_watch_is_caught_up_with(store, catch_up):
-    """A server reads the store, then starts watching it: a write in between sends no event. With
-    ``catch_up`` the watcher asks for one whole re-read once its watch is in place."""
+def _recorder() -> tuple[list[set[str]], threading.Event, Callable[[set[str]], None]]:
+    """The batches a watcher hands over, an event set at the first, and the handler that records them."""
     calls: list[set[str]] = []
     done = threading.Event()
 
@@ -101,6 +100,14 @@ def test_a_change_made_before_the_watch_is_caught_up_with(store, catch_up):
         calls.append(paths)
         done.set()
 
+    return calls, done, on_change
+
+
+@pytest.mark.parametrize("catch_up", [True, False])
+def test_a_change_made_before_the_watch_is_caught_up_with(store, catch_up):
+    """A server reads the store, then starts watching it: a write in between sends no event. With
+    ``catch_up`` the watcher asks for one whole re-read once its watch is in place."""
+    calls, done, on_change = _recorder()
     watcher = StoreWatcher(StoreLocation("yaml", store), on_change, quiet_ms=50, catch_up=catch_up)
     path = store / "models" / "jaffle" / "orders.yaml"
     path.write_text(path.read_text() + "\n")  # after the read, before the watch
@@ -115,13 +122,7 @@ def test_a_change_made_before_the_watch_is_caught_up_with(store, catch_up):
 def test_a_read_after_the_watch_is_in_place_needs_no_catch_up(store):
     """A server that waits for the watch before its first read: a write after that wait arrives as
     its own path, and no whole re-read is asked for."""
-    calls: list[set[str]] = []
-    done = threading.Event()
-
-    def on_change(paths: set[str]) -> None:
-        calls.append(paths)
-        done.set()
-
+    calls, done, on_change = _recorder()
     watcher = StoreWatcher(StoreLocation("yaml", store), on_change, quiet_ms=50, catch_up=True)
     watcher.start()
     try:
@@ -136,13 +137,7 @@ def test_a_read_after_the_watch_is_in_place_needs_no_catch_up(store):
 
 
 def test_a_watch_not_in_place_in_time_catches_up_once_it_is(store):
-    calls: list[set[str]] = []
-    done = threading.Event()
-
-    def on_change(paths: set[str]) -> None:
-        calls.append(paths)
-        done.set()
-
+    calls, done, on_change = _recorder()
     watcher = StoreWatcher(StoreLocation("yaml", store), on_change, quiet_ms=50, catch_up=True)
     assert not watcher.wait_in_place(0)  # not started: the caller reads without waiting longer
     watcher.start()
