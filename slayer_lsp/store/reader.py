@@ -23,6 +23,7 @@ import os
 import re
 import sqlite3
 import stat
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,6 +210,7 @@ class YamlReader:
         self._listing_issues: list[LoadIssue] = []  # directories the last listing refused (links, ...)
         self._last: StoreRead | None = None  # the last complete read
         self._won: dict[str, DocKey] = {}  # path -> the key its document holds in the last read
+        self._lost = False  # a file lost a duplicate key to another in the last full read
 
     def read(self, changed: Iterable[str] | None = None) -> StoreRead:
         """Read the whole store. With ``changed`` (paths a file watcher reported), only those paths
@@ -227,22 +229,23 @@ class YamlReader:
         if changed is not None and self._listed is not None:
             listed = dict(self._listed)
             recheck = {str(p) for p in changed}
-            reorder = False
+            added: list[str] = []
+            removed: list[str] = []
             for path in recheck:
                 parse = self._parser_for(path)
                 if parse is None:
                     continue
                 exists = os.path.lexists(path)  # a link or a FIFO is listed too: its load refuses it
-                if exists != (path in listed):
-                    reorder = True  # a file appeared or went away; an edit keeps the order
+                if exists != (path in listed):  # a file appeared or went away; an edit keeps the order
+                    (added if exists else removed).append(path)
                 if exists:
                     listed[path] = parse
                 else:
                     listed.pop(path, None)
-            if not reorder:
-                quick = self._edited(recheck, listed)
-                if quick is not None:
-                    return quick
+            reorder = bool(added or removed)
+            quick = self._edited(recheck, listed, added, removed)
+            if quick is not None:
+                return quick
             entries = (
                 sorted(listed.items(), key=lambda kv: self._order_key(kv[0]))
                 if reorder
@@ -255,6 +258,7 @@ class YamlReader:
         out.issues.extend(self._listing_issues)
         live: set[str] = set()
         won: dict[str, DocKey] = {}
+        lost = False
         for path, parse in entries:
             live.add(path)
             if recheck is not None and path not in recheck and path in self._cache:
@@ -273,38 +277,72 @@ class YamlReader:
                         f"{prev.source}; the first is used",
                     )
                 )
+                lost = True
                 continue
             out.docs[doc.key] = doc
             won[path] = doc.key
         for stale in set(self._cache) - live:
             del self._cache[stale]
         self._retained &= live
-        self._last, self._won = out, won
+        self._last, self._won, self._lost = out, won, lost
         return out
 
-    def _edited(self, paths: set[str], listed: dict[str, Any]) -> StoreRead | None:
-        """The last read with the documents of ``paths`` read again, when that is all an edit
-        changes: every path still holds the key it held, loads cleanly and loaded cleanly before
-        (so the order of documents, which file wins a duplicate key and the issues are as they
-        were). None otherwise: the whole listing is then gone through again."""
+    def _edited(
+        self, paths: set[str], listed: dict[str, Any], added: list[str], removed: list[str]
+    ) -> StoreRead | None:
+        """The last read with the documents of ``paths`` read again, when that is all the change
+        does: every edited path still holds the key it held, every path loads cleanly and loaded
+        cleanly before, a new file brings a key no file holds, and no file lost a duplicate key in
+        the last read (so which file wins each key, and the issues, are as they were). A new
+        document takes its place in the listing's order by a binary search over it. None
+        otherwise: the whole listing is then gone through again."""
         last = self._last
-        if last is None:
+        if last is None or ((added or removed) and self._lost):
             return None
-        docs: dict[DocKey, StoredDoc] | None = None
-        for path in paths:
-            parse = listed.get(path)
-            if parse is None:  # not a store document
-                continue
-            key = self._won.get(path)
+        docs = dict(last.docs)
+        won = dict(self._won) if added or removed else self._won
+        for path in removed:
+            key = won.pop(path, None)
             if key is None or path in self._retained:
                 return None
-            doc, _ = self._load(path, parse)
-            if doc is None or doc.key != key or path in self._retained:
+            del docs[key]
+        new: list[tuple[str, StoredDoc]] = []
+        for path in paths:
+            parse = listed.get(path)
+            if parse is None:  # not a store document, or gone
+                continue
+            key = won.get(path)
+            if key is None and path not in added or path in self._retained:
                 return None
-            if docs is None:
-                docs = dict(last.docs)
-            docs[key] = doc
-        out = StoreRead(self.location, docs if docs is not None else dict(last.docs), list(last.issues))
+            doc, _ = self._load(path, parse)
+            if doc is None or path in self._retained:
+                return None
+            if key is None:  # a new file
+                if doc.key in docs or any(doc.key == other.key for _, other in new):
+                    return None
+                new.append((path, doc))
+            elif doc.key != key:
+                return None
+            else:
+                docs[key] = doc
+        if new:
+            items = list(docs.items())
+            for path, doc in new:
+                at = bisect_right(
+                    items, self._order_key(path), key=lambda kv: self._order_key(kv[1].source.path)
+                )
+                items.insert(at, (doc.key, doc))
+                won[path] = doc.key
+            docs = dict(items)
+        if added or removed:
+            order = [p for p in listed if p not in added]  # the listing's order, less what went
+            for path in added:
+                order.insert(bisect_right(order, self._order_key(path), key=self._order_key), path)
+            self._listed = {p: listed[p] for p in order}
+            for path in removed:
+                self._cache.pop(path, None)
+            self._won = won
+        out = StoreRead(self.location, docs, list(last.issues))
         self._last = out
         return out
 
