@@ -325,20 +325,20 @@ class YamlReader:
                 return None
             else:
                 docs[key] = doc
-        if new:
-            items = list(docs.items())
+        if new:  # keys and values apart, joined by one dict(zip()): 30,000 pairs as tuples cost 30 ms
+            keys, values = list(docs), list(docs.values())
             for path, doc in new:
-                at = bisect_right(
-                    items, self._order_key(path), key=lambda kv: self._order_key(kv[1].source.path)
-                )
-                items.insert(at, (doc.key, doc))
+                at = bisect_right(values, self._order_key(path), key=lambda v: self._order_key(v.source.path))
+                keys.insert(at, doc.key)
+                values.insert(at, doc)
                 won[path] = doc.key
-            docs = dict(items)
+            docs = dict(zip(keys, values, strict=True))
         if added or removed:
-            order = [p for p in listed if p not in added]  # the listing's order, less what went
+            fresh = set(added)
+            order = [p for p in listed if p not in fresh]  # the listing's order, less what went
             for path in added:
                 order.insert(bisect_right(order, self._order_key(path), key=self._order_key), path)
-            self._listed = {p: listed[p] for p in order}
+            self._listed = dict(zip(order, map(listed.__getitem__, order), strict=True))
             for path in removed:
                 self._cache.pop(path, None)
             self._won = won
