@@ -473,3 +473,5 @@ def test_an_edit_hinted_by_the_watcher_reads_as_a_full_listing_does(tmp_path, mo
         assert catalog.models_in_order() == fresh.models_in_order(), name
         assert dict(catalog.children_of) == dict(fresh.children_of), name
         assert set(catalog.entities) == set(fresh.entities), name
+        assert catalog.memory_order == fresh.memory_order, name
+        assert list(catalog.memories.items()) == list(fresh.memories.items()), name  # carried on, next step

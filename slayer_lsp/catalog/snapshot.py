@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -218,8 +218,18 @@ class Catalog:
             datasources_touched |= key.kind == "datasource"
 
         memory_order = self.memory_order
+        extra: dict[str, object] = {}
         if memories_touched:
-            memory_order = _memory_order(docs, self.location.backend)
+            names = {k.name for k in removed_keys + changed_keys if k.kind == "memory"}
+            backend = self.location.backend
+            few = len(names) * 8 < len(memory_order)
+            if few:  # a few bisects rather than a sort of them all
+                memory_order = _memory_order_after(memory_order, docs, names, backend)
+            else:
+                memory_order = _memory_order(docs, backend)
+            memories = self._extra.get("memories")
+            if few and memories is not None:  # the map by id, carried on (not rebuilt per memory edit)
+                extra["memories"] = _memories_after(memories, memory_order, docs, names)
         priority_doc = docs.get(PRIORITY_KEY)
         priority = tuple(priority_doc.value) if priority_doc is not None else ()  # type: ignore[arg-type]
         delta = Delta(
@@ -251,6 +261,7 @@ class Catalog:
             datasource_names,
             MappingProxyType({k: n for k, n in counts.items() if n}),
             doc_issues,
+            extra,
         )
         return snap, delta
 
@@ -511,6 +522,40 @@ def _memory_order(docs: Mapping[DocKey, StoredDoc], backend: str) -> tuple[str, 
     else:
         mems.sort(key=lambda m: m.id)  # type: ignore[union-attr]
     return tuple(m.id for m in mems)  # type: ignore[union-attr]
+
+
+def _memory_sort_key(docs: Mapping[DocKey, StoredDoc], backend: str) -> Callable[[str], Any]:
+    def key(mid: str) -> Any:
+        mem = docs[DocKey("memory", mid)].value
+        return (mem.created_at, mem.id) if backend == "yaml" else mem.id  # type: ignore[union-attr]
+
+    return key
+
+
+def _memory_order_after(
+    order: tuple[str, ...], docs: Mapping[DocKey, StoredDoc], names: set[str], backend: str
+) -> tuple[str, ...]:
+    """``_memory_order`` after the memories ``names`` changed, came or went: ``order`` without them,
+    each present one put back at its place (ids are unique, so every key is)."""
+    key = _memory_sort_key(docs, backend)
+    out = [m for m in order if m not in names]
+    for mid in names:
+        if DocKey("memory", mid) in docs:
+            out.insert(bisect.bisect_right(out, key(mid), key=key), mid)
+    return tuple(out)
+
+
+def _memories_after(
+    before: Mapping[str, object], order: tuple[str, ...], docs: Mapping[DocKey, StoredDoc], names: set[str]
+) -> dict[str, object]:
+    """``Catalog.memories`` from the last snapshot's: the others' values looked up in C, the few
+    changed ones read from their documents."""
+    values = list(map(before.get, order))
+    for mid in names:
+        doc = docs.get(DocKey("memory", mid))
+        if doc is not None:
+            values[order.index(mid)] = doc.value
+    return dict(zip(order, values, strict=True))
 
 
 def load_catalog(storage: object = None) -> Catalog:
