@@ -15,6 +15,15 @@ from slayer_lsp.store.reader import StoreReader
 from tests.conftest import SQLITE_STORE
 
 
+@pytest.fixture(autouse=True)
+def fresh_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test process opens hundreds of stores, a daemon one: past ``_MAX_FDS`` databases the
+    counter is unknown by design, so each test here starts with the table empty (the descriptors
+    already kept stay open, as they must)."""
+    monkeypatch.setattr(own_writes, "_fds", {})
+    monkeypatch.setattr(own_writes, "_kept", [])
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     copy = tmp_path / "store.db"
