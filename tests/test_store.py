@@ -379,9 +379,12 @@ def _remove(rel: str):
 
 ZZ_ORDERS = "version: 15\nname: orders\ndata_source: jaffle\n"
 
+
 def _two_files_one_key(store):
     for name in ("b_twin", "a_twin"):
-        (store / "models/jaffle" / f"{name}.yaml").write_text("version: 15\nname: twin\ndata_source: jaffle\n")
+        (store / "models/jaffle" / f"{name}.yaml").write_text(
+            "version: 15\nname: twin\ndata_source: jaffle\n"
+        )
     return ["models/jaffle/b_twin.yaml", "models/jaffle/a_twin.yaml"]
 
 
