@@ -514,29 +514,28 @@ def _reordered(order: tuple[str, ...], gone: set[str], new: set[str]) -> tuple[s
     return tuple(out)
 
 
+def _memory_key(memory: d.Memory, backend: str) -> Any:
+    """A memory's place in the listing: YAML lists memories by (created_at, id), SQLite by id as
+    text (ids are unique, so every key is). Ties downstream follow this."""
+    return (memory.created_at, memory.id) if backend == "yaml" else memory.id
+
+
 def _memory_order(docs: Mapping[DocKey, StoredDoc], backend: str) -> tuple[str, ...]:
-    """YAML lists memories by (created_at, id); SQLite by id as text. Ties downstream follow this."""
     mems = [doc.value for k, doc in docs.items() if k.kind == "memory"]
-    if backend == "yaml":
-        mems.sort(key=lambda m: (m.created_at, m.id))  # type: ignore[union-attr]
-    else:
-        mems.sort(key=lambda m: m.id)  # type: ignore[union-attr]
+    mems.sort(key=lambda m: _memory_key(m, backend))  # type: ignore[arg-type]
     return tuple(m.id for m in mems)  # type: ignore[union-attr]
 
 
 def _memory_sort_key(docs: Mapping[DocKey, StoredDoc], backend: str) -> Callable[[str], Any]:
-    def key(mid: str) -> Any:
-        mem = docs[DocKey("memory", mid)].value
-        return (mem.created_at, mem.id) if backend == "yaml" else mem.id  # type: ignore[union-attr]
-
-    return key
+    """``_memory_key`` of a memory named by its id."""
+    return lambda mid: _memory_key(docs[DocKey("memory", mid)].value, backend)  # type: ignore[arg-type]
 
 
 def _memory_order_after(
     order: tuple[str, ...], docs: Mapping[DocKey, StoredDoc], names: set[str], backend: str
 ) -> tuple[str, ...]:
     """``_memory_order`` after the memories ``names`` changed, came or went: ``order`` without them,
-    each present one put back at its place (ids are unique, so every key is)."""
+    each present one put back at its place."""
     key = _memory_sort_key(docs, backend)
     out = [m for m in order if m not in names]
     for mid in names:
