@@ -157,6 +157,49 @@ def test_restart_renders_only_what_changed_and_matches_a_cold_start(store, monke
     assert _answers(restarted) == _answers(cold)
 
 
+def test_a_cold_build_indexes_each_text_as_it_is_rendered(store, monkeypatch):
+    """tantivy's indexing thread works on one text while the next is rendered, rather than after all
+    are: the first document reaches the index before the last is rendered."""
+    from slayer_lsp.search import fulltext
+    from slayer_lsp.texts import render
+
+    events: list[str] = []
+    real_render, real_add = render.render_entity, fulltext.FullTextIndex._add
+    monkeypatch.setattr(
+        render, "render_entity", lambda cat, cid: events.append("render") or real_render(cat, cid)
+    )
+    monkeypatch.setattr(
+        fulltext.FullTextIndex, "_add", lambda self, m, doc: events.append("add") or real_add(self, m, doc)
+    )
+    engine = Engine(store)
+    engine.refresh()
+    assert events.index("add") < len(events) - 1 - events[::-1].index("render")
+    assert _docs(engine) == _docs(Engine(store, use_cache=False))
+
+
+def test_a_cold_build_that_cannot_write_its_index_keeps_every_text(store, monkeypatch):
+    """The on-disk build fails halfway (a full disk): the texts it had not reached are still rendered,
+    and the index is built in memory over all of them."""
+    from slayer_lsp.search import fulltext
+
+    real_add = fulltext.FullTextIndex._add
+    added = []
+
+    def failing_add(self, members, doc):  # noqa: ANN001, ANN202
+        if self.path is not None and len(added) == 5:
+            raise OSError("No space left on device")
+        added.append(doc.canonical)
+        return real_add(self, members, doc)
+
+    monkeypatch.setattr(fulltext.FullTextIndex, "_add", failing_add)
+    engine = Engine(store)
+    engine.refresh()
+    assert engine.state.search.fulltext.path is None
+    cold = Engine(store, use_cache=False)
+    assert _docs(engine) == _docs(cold)
+    assert _answers(engine) == _answers(cold)
+
+
 def _hide_status(store):
     model = store / "models/jaffle/orders.yaml"
     text = model.read_text()

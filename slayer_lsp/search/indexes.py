@@ -125,23 +125,28 @@ class SearchIndexes:
         """The first generation. With ``cache``, the last run's full-text index is reopened and brought
         up to date, and (``reuse_texts``: the catalog holds the stored documents as they are, not
         pruned by a scope) the texts of unchanged documents are taken from the cache, not rendered."""
-        docs, known, fresh = rendered.render_all(catalog, cache if reuse_texts else None)
+        rendering = rendered.Rendering(catalog, cache if reuse_texts else None)
         fulltext = None
-        if cache is not None:
+        if cache is None:
+            fulltext = FullTextIndex(rendering)
+        else:
             manifest = cache.load_text_manifest()
             if manifest is not None:
                 fulltext = FullTextIndex.reopen(
                     Path(manifest.directory), _state_of(manifest), manifest.opstamp
                 )
             if fulltext is not None:
-                fulltext.sync(docs, known)  # only documents whose text changed since the last run
-            else:
-                fulltext = _persistent_index(cache, docs.values())
+                rendering.finish()  # only documents whose text changed since the last run
+                fulltext.sync(rendering.docs, rendering.known)
+            else:  # a cold start: the texts are indexed as they are rendered
+                fulltext = _persistent_index(cache, rendering)
             if fulltext is not None:
                 _save_manifest(cache, fulltext)
-            if fulltext is not None and fresh and reuse_texts:  # written beside the start, not in its way
-                digests = dict(fulltext.digests)
-                cache.write_in_background(rendered.FILE, lambda: rendered.cache_file(catalog, docs, digests))
+        docs = rendering.finish().docs
+        if cache is not None and fulltext is not None and rendering.fresh and reuse_texts:
+            # written beside the start, not in its way
+            digests = dict(fulltext.digests)
+            cache.write_in_background(rendered.FILE, lambda: rendered.cache_file(catalog, docs, digests))
         return cls(
             docs, (fulltext or FullTextIndex(docs.values())).view(), graph, cache=cache, reuse=reuse_texts
         )

@@ -16,7 +16,7 @@ everything again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import msgspec
 
@@ -60,36 +60,66 @@ def source_digests(catalog: Catalog) -> dict[reader.Source, str]:
     return {doc.source: doc.digest for doc in catalog.docs.values()}
 
 
+class Rendering:
+    """Every searchable entity's text in corpus order, produced one at a time: iterating it renders
+    (or takes back from the cache) the next text and records it in ``docs``. A cold start hands it to
+    the full-text build as it is, so tantivy's indexing thread indexes one text while the next is
+    rendered (at 10,000 models the two took 3 s and 8 s one after the other).
+
+    After a complete pass: ``docs`` (canonical -> text), ``known`` (the text digests the cache gave
+    back, by canonical) and ``fresh`` (how many entities the cache could have served but did not)."""
+
+    def __init__(self, catalog: Catalog, cache: StoreCache | None) -> None:
+        self.catalog = catalog
+        self.docs: dict[str, RenderedDoc] = {}
+        self.known: dict[str, str] = {}
+        self.fresh = 0
+        self._previous = _load(cache) if cache is not None else {}
+        self._stream = self._render()
+
+    def __iter__(self) -> Iterator[RenderedDoc]:
+        """The texts not yet produced (a second pass continues where the first stopped)."""
+        return self._stream
+
+    def _render(self) -> Iterator[RenderedDoc]:
+        catalog, previous, docs, known = self.catalog, self._previous, self.docs, self.known
+        sources = source_digests(catalog) if previous else {}
+        ids = catalog.searchable_ids()
+        get_entity, at, end = catalog.entities.get, 0, len(ids)
+        while at < end:
+            cid = ids[at]
+            group = previous.get(cid)
+            if group is not None:
+                ent = get_entity(cid)
+                stop = at + len(group.ids)
+                # the document is unchanged, and so are the ids it yields (a tuple compare in C)
+                if ent is not None and sources.get(ent.source) == group.source and ids[at:stop] == group.ids:
+                    docs.update(zip(group.ids, group.docs, strict=True))
+                    known.update(zip(group.ids, group.digests, strict=True))
+                    yield from group.docs
+                    at = stop
+                    continue
+            doc = render.render_entity(catalog, cid)
+            if doc is not None:
+                docs[cid] = doc
+                self.fresh += doc.kind != "datasource"  # those are rendered every time
+                yield doc
+            at += 1
+
+    def finish(self) -> Rendering:
+        """Render whatever iterating has not reached yet (all of it when nobody iterated)."""
+        for _ in self._stream:
+            pass
+        return self
+
+
 def render_all(
     catalog: Catalog, cache: StoreCache | None
 ) -> tuple[dict[str, RenderedDoc], dict[str, str], int]:
     """Every searchable entity's text in corpus order, the text digests known from the cache (by
     canonical), and how many entities the cache could have served but did not (rendered afresh)."""
-    previous = _load(cache) if cache is not None else {}
-    sources = source_digests(catalog) if previous else {}
-    docs: dict[str, RenderedDoc] = {}
-    known: dict[str, str] = {}
-    fresh = 0
-    ids = catalog.searchable_ids()
-    get_entity, at, end = catalog.entities.get, 0, len(ids)
-    while at < end:
-        cid = ids[at]
-        group = previous.get(cid)
-        if group is not None:
-            ent = get_entity(cid)
-            stop = at + len(group.ids)
-            # the document is unchanged, and so are the ids it yields (a tuple compare in C)
-            if ent is not None and sources.get(ent.source) == group.source and ids[at:stop] == group.ids:
-                docs.update(zip(group.ids, group.docs, strict=True))
-                known.update(zip(group.ids, group.digests, strict=True))
-                at = stop
-                continue
-        doc = render.render_entity(catalog, cid)
-        if doc is not None:
-            docs[cid] = doc
-            fresh += doc.kind != "datasource"  # those are rendered every time
-        at += 1
-    return docs, known, fresh
+    done = Rendering(catalog, cache).finish()
+    return done.docs, done.known, done.fresh
 
 
 def cache_file(catalog: Catalog, docs: Mapping[str, RenderedDoc], digests: Mapping[str, str]) -> RenderedFile:
