@@ -54,6 +54,19 @@ def add_memory(db: Path) -> None:
     _sql(db, ("INSERT INTO memories (id, data) VALUES (?, ?)", (data["id"], json.dumps(data))))
 
 
+def rename_memory(db: Path) -> None:
+    """One key gone and another come in one write: the row count is unchanged, so only the keys
+    tell that a row is new."""
+    mid, _text = _first(db, "memories")
+    _sql(db, ("UPDATE memories SET id = ? WHERE id = ?", ("zzz-renamed", mid)))
+
+
+def edit_one_add_another(db: Path) -> None:
+    """An edit in place and an insert in one write."""
+    edit_memory_same_length(db)
+    add_memory(db)
+
+
 def drop_model(db: Path) -> None:
     _sql(db, ("DELETE FROM models WHERE rowid = (SELECT min(rowid) FROM models)", ()))
 
@@ -127,6 +140,8 @@ CASES: dict[str, tuple[Callable[[Path], None], int | None]] = {
     # change -> rows the long-lived reader fetches from the memories table (None: not checked)
     "edit_memory_same_length": (edit_memory_same_length, 1),
     "add_memory": (add_memory, 1),
+    "rename_memory": (rename_memory, 1),
+    "edit_one_add_another": (edit_one_add_another, 2),
     "drop_model": (drop_model, 0),
     "replace_model": (replace_model, 0),
     "break_datasource": (break_and_mend_datasource, 0),

@@ -7,8 +7,8 @@ lock around each step, so beside busy request threads each of the store's rows w
 the lock again (a lock convoy; a 30 ms read of 6,000 rows measured 0.5-1.3 s under eight clients).
 
 So the texts last returned are mirrored in an in-memory database, attached to each read's
-connection, and SQLite compares them itself: one query per table returns only the rows whose text
-differs, another the keys that are gone. A table is read whole (and its mirror rebuilt) the first
+connection, and SQLite compares them itself: per table, one query returns only the rows whose text
+differs, one the keys that are gone, and (unless the row counts rule it out) one the keys that came. A table is read whole (and its mirror rebuilt) the first
 time, after a failed read, when a row has a key that is not text (such a row is named by its
 position, which needs the whole order) and when the table has no unique index on its keys
 (duplicate keys cannot be mirrored).
@@ -157,9 +157,9 @@ class RowMirror:
 
     def _table(self, conn: sqlite3.Connection, table: Table) -> TableRows:
         if table.name in self._mirrored:
-            changed = _changed_rows(conn, table)
+            removed = [tuple(r) for r in conn.execute(_removed_sql(table))]
+            changed = _changed_rows(conn, table, len(removed))
             if all(row.bad_key is None for row in changed):
-                removed = [tuple(r) for r in conn.execute(_removed_sql(table))]
                 if changed or removed:
                     _update_mirror(conn, table, changed, removed)
                 return TableRows(False, changed, removed)
@@ -189,15 +189,38 @@ def all_rows(conn: sqlite3.Connection, table: Table) -> list[Row]:
     return [_row(table, raw, n) for n, raw in enumerate(conn.execute(sql), 1)]
 
 
-def _changed_rows(conn: sqlite3.Connection, table: Table) -> list[Row]:
+def _changed_rows(conn: sqlite3.Connection, table: Table, removed: int) -> list[Row]:
+    """The rows whose text differs from the mirror's, then the rows the mirror lacks (``removed``:
+    how many of the mirror's keys the store no longer has).
+
+    The comparison is driven from the mirror (scanned in key order, each row looked up in the store
+    by its key): over the 100 MB of 10,000 models' texts it took 70 ms where a scan of the store in
+    its own order took 290 ms (one edit's whole read). The rows the mirror lacks are found on the
+    keys' index alone, and only they are fetched whole; none are looked for when the counts say there
+    are none (an edit in place: the store's keys are unique, so as many rows as the mirror keeps
+    are the mirror's rows)."""
     keys = table.keys
+    key_columns = ", ".join(f"typeof(m.{k}), m.{k}" for k in keys)
+    columns = f"{key_columns}, {_document_columns(table, 'm.')}"
     on = " AND ".join(f"s.k{i} = m.{k}" for i, k in enumerate(keys))
-    sql = (
-        f"SELECT {', '.join(f'typeof(m.{k}), m.{k}' for k in keys)}, {_document_columns(table, 'm.')} "
-        f"FROM main.{table.name} AS m LEFT JOIN seen.{_mirror(table)} AS s ON {on} "
-        f"WHERE s.k0 IS NULL OR s.data IS NOT m.{table.column}"
+    differing = (
+        f"SELECT {columns} FROM seen.{_mirror(table)} AS s CROSS JOIN main.{table.name} AS m ON {on} "
+        f"WHERE s.data IS NOT m.{table.column}"
     )
-    return [_row(table, raw, 0) for raw in conn.execute(sql)]
+    out = [_row(table, raw, 0) for raw in conn.execute(differing)]
+    (stored,) = conn.execute(f"SELECT count(*) FROM main.{table.name}").fetchone()
+    (kept,) = conn.execute(f"SELECT count(*) FROM seen.{_mirror(table)}").fetchone()
+    if stored == kept - removed:
+        return out
+    new = f"SELECT {key_columns} FROM main.{table.name} AS m WHERE NOT EXISTS (SELECT 1 FROM seen.{_mirror(table)} AS s WHERE {on})"
+    one = f"SELECT {columns} FROM main.{table.name} AS m WHERE " + " AND ".join(f"m.{k} = ?" for k in keys)
+    for raw in conn.execute(new).fetchall():
+        parts = raw[1::2]
+        if raw[0::2] != _TEXT_KEYS[len(keys)]:  # named by its position: the caller reads the table whole
+            out.append(_row(table, (*raw, None, 0, None), 0))
+        else:
+            out.extend(_row(table, found, 0) for found in conn.execute(one, parts))
+    return out
 
 
 def _removed_sql(table: Table) -> str:
