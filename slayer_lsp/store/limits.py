@@ -42,22 +42,26 @@ class LimitError(ValueError):
     """A document exceeds one of the bounds above (its message says which and where)."""
 
 
-_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_NOT_BRACKETS_OR_QUOTES = bytes(sorted(set(range(256)) - set(b'[]{}"')))
 _JSON_PAIR = re.compile(rb"\[\]|\{\}")
 
 
 def check_json_nesting(text: str, limit: int = MAX_NESTING) -> None:
     """Refuse JSON nested deeper than ``limit`` *before* a recursive decoder sees it.
 
-    Runs at C speed: escapes are dropped, strings cut out by splitting at the remaining quotes, every
-    character but brackets removed, then innermost ``[]``/``{}`` pairs are removed once per level. Up
-    to where a decoder would stop on malformed input, its string state matches this scan's, so the
-    depth it could reach is bounded too."""
+    Runs at C speed: escapes are dropped, every character but brackets and quotes removed, the
+    strings (now only the brackets they held) cut out by splitting at the quotes, then innermost
+    ``[]``/``{}`` pairs are removed once per level. Up to where a decoder would stop on malformed
+    input, its string state matches this scan's, so the depth it could reach is bounded too. (Working
+    on the UTF-8 bytes, where a backslash or quote is never part of another character, and splitting
+    only what is left, takes a third of the time of splitting the text: 10,000 models' rows were
+    1.45 s of a cold start.)"""
     if text.count("[") + text.count("{") <= limit:
         return
-    plain = text.replace("\\\\", "").replace('\\"', "")
-    outside = "".join(plain.split('"')[0::2]).encode("utf-8", "surrogatepass")
-    brackets = outside.translate(None, _NOT_BRACKETS)
+    plain = text.encode("utf-8", "surrogatepass")
+    if b"\\" in plain:
+        plain = plain.replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = b"".join(plain.translate(None, _NOT_BRACKETS_OR_QUOTES).split(b'"')[0::2])
     for _ in range(limit):
         if not brackets:
             return
