@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -196,6 +197,30 @@ def test_an_unchanged_store_fetches_no_document_row(tmp_path):
         if name != sqlite_rows.SETTINGS.name:  # one row, always read whole
             assert (table.whole, table.rows, table.removed) == (False, [], []), name
     mirror.close()
+
+
+def test_the_mirror_filled_in_the_background_holds_the_read_not_later_writes(tmp_path, monkeypatch):
+    """A whole read leaves copying its rows into the mirror to a thread. A write that lands before
+    that copy runs is still a change to the next read: the copy holds the rows the read returned."""
+    db = tmp_path / "store.db"
+    shutil.copyfile(SHOP, db)
+    release = threading.Event()
+    real_fill = sqlite_rows.RowMirror._fill
+    monkeypatch.setattr(
+        sqlite_rows.RowMirror, "_fill", lambda self, tables: release.wait(10) and real_fill(self, tables)
+    )
+    location = StoreLocation("sqlite", db)
+    lived = SqliteReader(location)
+    lived.read()
+    edit_memory_same_length(db)  # before the mirror is filled
+    release.set()
+    fetched: list[sqlite_rows.RowsRead] = []
+    read = sqlite_rows.RowMirror.read
+    monkeypatch.setattr(sqlite_rows.RowMirror, "read", lambda self: fetched.append(read(self)) or fetched[-1])
+    _same(lived.read(), SqliteReader(location).read())
+    memories = fetched[0].tables["memories"]  # the long-lived reader's (then the fresh one's)
+    assert not memories.whole and len(memories.rows) == 1  # an incremental read found the edit
+    lived.close()
 
 
 def test_a_sequence_of_changes_keeps_matching(tmp_path):

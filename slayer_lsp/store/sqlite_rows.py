@@ -18,6 +18,8 @@ Each read is one short, read-only transaction on a connection of its own.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sqlite3
 import threading
 import uuid
@@ -27,6 +29,8 @@ from typing import NamedTuple
 
 from slayer_lsp.store import own_writes
 from slayer_lsp.store.limits import MAX_DOCUMENT_BYTES
+
+log = logging.getLogger(__name__)
 
 
 class Row(NamedTuple):
@@ -89,15 +93,20 @@ class RowMirror:
         self._name = f"file:slayer-lsp-rows-{uuid.uuid4().hex}?mode=memory&cache=shared"
         self._mirrored: set[str] = set()  # tables whose mirror holds their last read
         self._lock = threading.Lock()
+        # a whole read's rows still being copied into the mirror (``_fill``); the next read waits
+        self._filling: threading.Thread | None = None
+        self._to_fill: list[tuple[Table, list[Row]]] = []  # what this read leaves to the filler
 
     def read(self) -> RowsRead:
         """Every table's rows, or what changed in them since the last read. Raises
         ``sqlite3.DatabaseError`` (``NotAStore`` for a database of another kind); the next read then
         reads every table whole."""
         with self._lock:
+            self._wait_for_fill()
+            self._to_fill = []
             try:
                 try:
-                    return self._read()
+                    found = self._read()
                 except sqlite3.OperationalError as exc:
                     if getattr(exc, "sqlite_errorname", "") != "SQLITE_READONLY_ROLLBACK":
                         raise
@@ -105,13 +114,22 @@ class RowMirror:
                     # connection may not roll back: a read-write one restores the last committed
                     # state (as any SLayer process opening the store would), then read again
                     _roll_back_hot_journal(self.path, self.busy_timeout)
-                    return self._read()
+                    self._to_fill = []
+                    found = self._read()
             except BaseException:
                 self._mirrored.clear()
                 raise
+            if self._to_fill:
+                self._filling = threading.Thread(
+                    target=self._fill, args=(self._to_fill,), name="slayer-sqlite-mirror", daemon=True
+                )
+                self._filling.start()
+            self._to_fill = []
+            return found
 
     def close(self) -> None:
         with self._lock:
+            self._wait_for_fill()
             self._mirrored.clear()
             if self._keeper is not None:
                 self._keeper.close()
@@ -165,16 +183,43 @@ class RowMirror:
                 return TableRows(False, changed, removed)
             # a key that is not text: such a row is named by its position, so read the table whole
         rows = all_rows(conn, table)
-        conn.execute(f"DELETE FROM seen.{_mirror(table)}")
         self._mirrored.discard(table.name)
         if all(row.bad_key is None for row in rows) and _unique_on_keys(conn, table):
             # (a row whose key is not text is in no mirror: only a whole read sees it go)
-            conn.execute(
-                f"INSERT INTO seen.{_mirror(table)} SELECT {', '.join(table.keys)}, {_text_or_null(table)} "
-                f"FROM main.{table.name} WHERE " + " AND ".join(f"typeof({k}) = 'text'" for k in table.keys)
-            )
-            self._mirrored.add(table.name)
+            self._to_fill.append((table, rows))
+        else:
+            conn.execute(f"DELETE FROM seen.{_mirror(table)}")
         return TableRows(True, rows)
+
+    def _fill(self, tables: list[tuple[Table, list[Row]]]) -> None:
+        """Copy a whole read's rows into the mirror, on a thread of its own: SQLite copies the texts
+        without the interpreter lock (10,000 models' 100 MB took 0.8 s of a start when the read did
+        it), while the start goes on parsing and indexing. The rows are the ones the read returned,
+        so the mirror holds exactly that read whatever the store did since; a table is marked
+        mirrored only once its copy is complete (else the next read reads it whole)."""
+        keeper = self._keeper
+        if keeper is None:
+            return
+        for table, rows in tables:
+            marks = ", ".join("?" * (len(table.keys) + 1))
+            try:
+                keeper.execute("BEGIN")
+                keeper.execute(f"DELETE FROM {_mirror(table)}")
+                keeper.executemany(
+                    f"INSERT INTO {_mirror(table)} VALUES ({marks})", [(*row.parts, row.text) for row in rows]
+                )
+                keeper.execute("COMMIT")
+            except sqlite3.Error as exc:
+                log.warning("the SQLite change mirror of table %s was not filled: %s", table.name, exc)
+                with contextlib.suppress(sqlite3.Error):
+                    keeper.execute("ROLLBACK")
+                continue
+            self._mirrored.add(table.name)
+
+    def _wait_for_fill(self) -> None:
+        if self._filling is not None:
+            self._filling.join()
+            self._filling = None
 
 
 def all_rows(conn: sqlite3.Connection, table: Table) -> list[Row]:
