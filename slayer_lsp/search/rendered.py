@@ -75,13 +75,17 @@ class Rendering:
         self.known: dict[str, str] = {}
         self.fresh = 0
         self._previous = _load(cache) if cache is not None else {}
-        self._stream = self._render()
+        self._stream: Iterator[RenderedDoc] | None = None
 
     def __iter__(self) -> Iterator[RenderedDoc]:
         """The texts not yet produced (a second pass continues where the first stopped)."""
+        if self._stream is None:
+            self._stream = self._render(emit=True)
         return self._stream
 
-    def _render(self) -> Iterator[RenderedDoc]:
+    def _render(self, *, emit: bool) -> Iterator[RenderedDoc]:
+        """Records every text; ``emit``: also yields each (else nothing, so a restart that takes
+        400,000 texts back from the cache does not step through them one by one: 0.3 s)."""
         catalog, previous, docs, known = self.catalog, self._previous, self.docs, self.known
         sources = source_digests(catalog) if previous else {}
         ids = catalog.searchable_ids()
@@ -96,20 +100,23 @@ class Rendering:
                 if ent is not None and sources.get(ent.source) == group.source and ids[at:stop] == group.ids:
                     docs.update(zip(group.ids, group.docs, strict=True))
                     known.update(zip(group.ids, group.digests, strict=True))
-                    yield from group.docs
+                    if emit:
+                        yield from group.docs
                     at = stop
                     continue
             doc = render.render_entity(catalog, cid)
             if doc is not None:
                 docs[cid] = doc
                 self.fresh += doc.kind != "datasource"  # those are rendered every time
-                yield doc
+                if emit:
+                    yield doc
             at += 1
 
     def finish(self) -> Rendering:
         """Render whatever iterating has not reached yet (all of it when nobody iterated)."""
-        for _ in self._stream:
+        for _ in self._stream if self._stream is not None else self._render(emit=False):
             pass
+        self._stream = iter(())
         return self
 
 
