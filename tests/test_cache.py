@@ -344,6 +344,60 @@ def test_a_damaged_lexicon_file_is_read_anew(store, monkeypatch, damage):
     assert _lexicon(restarted) == expected
 
 
+def _sync_calls(monkeypatch):
+    from slayer_lsp.search import fulltext
+
+    calls = []
+    real = fulltext.FullTextIndex.sync
+    monkeypatch.setattr(
+        fulltext.FullTextIndex,
+        "sync",
+        lambda self, docs, known=None, **kw: (
+            calls.append(kw.get("indexed_except")) or real(self, docs, known, **kw)
+        ),
+    )
+    return calls
+
+
+@pytest.mark.parametrize("edit", [None, *EDITS_BETWEEN_RUNS], ids=["unchanged", *EDITS_BETWEEN_RUNS])
+def test_a_restart_compares_only_the_texts_it_rendered_when_the_cache_matches_the_index(
+    store, monkeypatch, edit
+):
+    """The texts file records the index commit that holds its texts: while the manifest names that
+    commit, a restart compares only what it rendered afresh, and still answers as a cold start."""
+    first = Engine(store)
+    first.refresh()
+    first.close()
+    if edit is not None:
+        EDITS_BETWEEN_RUNS[edit](store)
+    calls = _sync_calls(monkeypatch)
+    restarted = Engine(store)
+    restarted.refresh()
+    assert len(calls) == 1 and calls[0] is not None
+    if edit is None:  # only the datasources (their texts list models) were rendered, and compared
+        assert {restarted.catalog.kind_of(c) for c in calls[0]} == {"datasource"}
+    cold = Engine(store, use_cache=False)
+    assert _docs(restarted) == _docs(cold)
+    assert _answers(restarted) == _answers(cold)
+
+
+def test_a_texts_file_of_another_index_commit_is_compared_in_full(store, monkeypatch):
+    from slayer_lsp.search import rendered as rendered_cache
+
+    first = Engine(store)
+    first.refresh()
+    first.close()
+    cache = StoreCache.for_location(first.location)
+    value = cache.read_file(rendered_cache.FILE, rendered_cache.RenderedFile)
+    value.opstamp += 1  # as if the index had been committed to since
+    cache.write_file(rendered_cache.FILE, value)
+    calls = _sync_calls(monkeypatch)
+    restarted = Engine(store)
+    restarted.refresh()
+    assert calls == [None]
+    assert _answers(restarted) == _answers(Engine(store, use_cache=False))
+
+
 def test_texts_of_another_renderer_are_not_reused(store, monkeypatch):
     from slayer_lsp.search import rendered as rendered_cache
 

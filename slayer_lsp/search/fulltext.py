@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import ne
@@ -272,17 +272,33 @@ class FullTextIndex:
             self._deletions,
         )
 
-    def sync(self, docs: dict[str, RenderedDoc], known: Mapping[str, str] | None = None) -> None:
+    def sync(
+        self,
+        docs: dict[str, RenderedDoc],
+        known: Mapping[str, str] | None = None,
+        *,
+        indexed_except: Sequence[str] | None = None,
+    ) -> None:
         """Make the index hold exactly ``docs``, touching only documents whose text changed.
-        ``known``: text digests already computed (by canonical), so they are not computed again."""
-        known = known or {}
+        ``known``: text digests already computed (by canonical), so they are not computed again.
+        ``indexed_except``: the caller knows that every document but these is in the index with its
+        current text (the cache's texts were written with this very commit): only these are
+        compared, and the others are looked for among the members only when the counts say some
+        went (a restart on 400,000 unchanged documents then compares nothing)."""
         have = self._digests
-        # compared in C (map, compress and set operations over the dicts' views): a restart on
-        # 400,000 unchanged documents finds nothing to do without a Python step per document
-        differs = map(ne, map(have.get, known.keys()), known.values())
-        stale = {cid for cid in compress(known.keys(), differs) if cid in docs}
-        stale.update(cid for cid in docs.keys() - known.keys() if have.get(cid) != doc_digest(docs[cid]))
-        gone = have.keys() - docs.keys()
+        if indexed_except is not None:
+            stale = {cid for cid in indexed_except if have.get(cid) != doc_digest(docs[cid])}
+            present = sum(cid in have for cid in indexed_except)
+            untold = len(docs) - len(indexed_except)  # all in the index, as the caller knows
+            gone = have.keys() - docs.keys() if len(have) != untold + present else set()
+        else:
+            known = known or {}
+            # compared in C (map, compress and set operations over the dicts' views): a restart on
+            # 400,000 unchanged documents finds nothing to do without a Python step per document
+            differs = map(ne, map(have.get, known.keys()), known.values())
+            stale = {cid for cid in compress(known.keys(), differs) if cid in docs}
+            stale.update(cid for cid in docs.keys() - known.keys() if have.get(cid) != doc_digest(docs[cid]))
+            gone = have.keys() - docs.keys()
         self.replace(
             [c for c in self._members if c in gone] if gone else [],
             [doc for cid, doc in docs.items() if cid in stale] if stale else [],

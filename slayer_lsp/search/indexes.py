@@ -137,16 +137,23 @@ class SearchIndexes:
                 )
             if fulltext is not None:
                 rendering.finish()  # only documents whose text changed since the last run
-                fulltext.sync(rendering.docs, rendering.known)
+                assert manifest is not None
+                if rendering.indexed_at == (manifest.directory, manifest.opstamp):
+                    fulltext.sync(rendering.docs, indexed_except=rendering.rendered)
+                else:
+                    fulltext.sync(rendering.docs, rendering.known)
             else:  # a cold start: the texts are indexed as they are rendered
                 fulltext = _persistent_index(cache, rendering)
             if fulltext is not None:
                 _save_manifest(cache, fulltext)
         docs = rendering.finish().docs
-        if cache is not None and fulltext is not None and rendering.fresh and reuse_texts:
-            # written beside the start, not in its way
-            digests = dict(fulltext.digests)
-            cache.write_in_background(rendered.FILE, lambda: rendered.cache_file(catalog, docs, digests))
+        if cache is not None and fulltext is not None and reuse_texts and fulltext.path is not None:
+            at = (str(fulltext.path), fulltext.opstamp)
+            if rendering.fresh or rendering.indexed_at != at:  # written beside the start, not in its way
+                digests = dict(fulltext.digests)
+                cache.write_in_background(
+                    rendered.FILE, lambda: rendered.cache_file(catalog, docs, digests, at)
+                )
         return cls(
             docs, (fulltext or FullTextIndex(docs.values())).view(), graph, cache=cache, reuse=reuse_texts
         )

@@ -47,6 +47,10 @@ class RenderedFile(msgspec.Struct):
     store: str
     renderer: str
     texts: dict[str, CachedDoc]  # by the canonical id of each document's first entity
+    # the full-text index (directory, commit) that held exactly these texts when they were written:
+    # while the manifest still names that commit, a restart need not compare their digests with it
+    index: str = ""
+    opstamp: int = -1
 
 
 def renderer_stamp() -> str:
@@ -74,7 +78,11 @@ class Rendering:
         self.docs: dict[str, RenderedDoc] = {}
         self.known: dict[str, str] = {}
         self.fresh = 0
-        self._previous = _load(cache) if cache is not None else {}
+        loaded = _load(cache) if cache is not None else None
+        self._previous = loaded.texts if loaded is not None else {}
+        # the index commit that holds every text the cache gives back, as the cache gave it
+        self.indexed_at = (loaded.index, loaded.opstamp) if loaded is not None and loaded.index else None
+        self.rendered: list[str] = []  # what was rendered afresh (not given back), in corpus order
         self._stream: Iterator[RenderedDoc] | None = None
 
     def __iter__(self) -> Iterator[RenderedDoc]:
@@ -107,6 +115,7 @@ class Rendering:
             doc = render.render_entity(catalog, cid)
             if doc is not None:
                 docs[cid] = doc
+                self.rendered.append(cid)
                 self.fresh += doc.kind != "datasource"  # those are rendered every time
                 if emit:
                     yield doc
@@ -120,19 +129,16 @@ class Rendering:
         return self
 
 
-def render_all(
-    catalog: Catalog, cache: StoreCache | None
-) -> tuple[dict[str, RenderedDoc], dict[str, str], int]:
-    """Every searchable entity's text in corpus order, the text digests known from the cache (by
-    canonical), and how many entities the cache could have served but did not (rendered afresh)."""
-    done = Rendering(catalog, cache).finish()
-    return done.docs, done.known, done.fresh
-
-
-def cache_file(catalog: Catalog, docs: Mapping[str, RenderedDoc], digests: Mapping[str, str]) -> RenderedFile:
+def cache_file(
+    catalog: Catalog,
+    docs: Mapping[str, RenderedDoc],
+    digests: Mapping[str, str],
+    index: tuple[str, int] | None = None,
+) -> RenderedFile:
     """What the next start reads back: ``docs`` (of ``catalog``, in corpus order) with their text
     ``digests``, grouped by the stored document each came from. A datasource's text lists its models,
-    so datasources are left out (always rendered)."""
+    so datasources are left out (always rendered). ``index``: the full-text index commit (directory,
+    opstamp) that holds exactly ``docs`` with ``digests``."""
     sources = source_digests(catalog)
     texts: dict[str, CachedDoc] = {}
     group: list[tuple[str, str, RenderedDoc]] = []
@@ -156,15 +162,16 @@ def cache_file(catalog: Catalog, docs: Mapping[str, RenderedDoc], digests: Mappi
             group_source, group_digest = ent.source, sources.get(ent.source)
         group.append((cid, digest, doc))
     close()
-    return RenderedFile(0, "", renderer_stamp(), texts)
+    directory, opstamp = index if index is not None else ("", -1)
+    return RenderedFile(0, "", renderer_stamp(), texts, directory, opstamp)
 
 
-def _load(cache: StoreCache) -> dict[str, CachedDoc]:
+def _load(cache: StoreCache) -> RenderedFile | None:
     value = cache.read_file(FILE, RenderedFile)
     if value is None or value.renderer != renderer_stamp():
-        return {}
+        return None
     texts = value.texts
     if any(len(t.ids) != len(t.docs) or len(t.ids) != len(t.digests) for t in texts.values()):
         log.warning("discarding a broken cache file %s: groups of unequal lengths", cache.root / FILE)
-        return {}
-    return texts
+        return None
+    return value
