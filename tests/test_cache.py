@@ -653,3 +653,48 @@ def test_a_cache_file_of_an_older_format_is_rebuilt_without_a_warning(store, cap
     said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "slayer_lsp.store.cache"]
     assert any(level == logging.INFO and "another format" in text for level, text in said), said
     assert not any(level >= logging.WARNING for level, _ in said), said
+
+
+def test_writes_of_one_cache_file_land_in_the_order_they_were_asked_for(store):
+    """A manifest written in the background (a start's) and a later one written at once (a
+    compaction's): the later is the one left on disk, however slow the first was to prepare."""
+    import threading
+
+    from slayer_lsp.store.cache import DocCacheFile
+    from slayer_lsp.store.locate import locate
+
+    cache = StoreCache.for_location(locate(store))
+    release = threading.Event()
+
+    def slow_first() -> DocCacheFile:
+        release.wait(10)
+        return DocCacheFile(0, "", [])
+
+    cache.write_in_background("order.msgpack", slow_first)
+    later = DocCacheFile(0, "", [])
+    threading.Timer(0.2, release.set).start()
+    second = threading.Thread(target=cache.write_file, args=("order.msgpack", later))
+    second.start()
+    cache.write_in_background("order.msgpack", lambda: DocCacheFile(0, "", []))  # a third, queued
+    second.join()
+    cache.flush()
+    assert cache.read_file("order.msgpack", DocCacheFile) is not None
+    # the order itself: each write waits for the one asked for before it
+    writes: list[str] = []
+    real = StoreCache._write
+
+    def record(self, name, value):  # noqa: ANN001, ANN202
+        writes.append(value.store)
+        return real(self, name, value)
+
+    release.clear()
+    StoreCache._write = record  # type: ignore[method-assign]
+    try:
+        cache.write_in_background("order.msgpack", lambda: release.wait(10) and DocCacheFile(0, "first", []))
+        cache.write_in_background("order.msgpack", lambda: DocCacheFile(0, "second", []))
+        threading.Timer(0.2, release.set).start()
+        cache.write_file("order.msgpack", DocCacheFile(0, "third", []))
+        cache.flush()
+    finally:
+        StoreCache._write = real  # type: ignore[method-assign]
+    assert writes == ["first", "second", "third"]

@@ -145,7 +145,7 @@ class SearchIndexes:
             else:  # a cold start: the texts are indexed as they are rendered
                 fulltext = _persistent_index(cache, rendering)
             if fulltext is not None:
-                _save_manifest(cache, fulltext)
+                _save_manifest(cache, fulltext, background=True)
         docs = rendering.finish().docs
         if cache is not None and fulltext is not None and reuse_texts and fulltext.path is not None:
             at = (str(fulltext.path), fulltext.opstamp)
@@ -615,7 +615,10 @@ def _persistent_index(
         return None
 
 
-def _save_manifest(cache: StoreCache, index: FullTextIndex, datasource: str | None = None) -> None:
+def _save_manifest(
+    cache: StoreCache, index: FullTextIndex, datasource: str | None = None, *, background: bool = False
+) -> None:
+    """``background``: the file is written on a thread (the start's own manifest: off its path)."""
     # an unchanged index keeps its manifest
     if not cache.holds_manifest(str(index.path), index.opstamp, datasource):
         opstamp, state = index.manifest()
@@ -630,7 +633,7 @@ def _save_manifest(cache: StoreCache, index: FullTextIndex, datasource: str | No
             memories=state.memories,
             deletions=state.deletions,
         )
-        cache.save_text_manifest(manifest, datasource)
+        cache.save_text_manifest(manifest, datasource, background=background)
     cache.collect_garbage(keep=index.path, datasource=datasource)
 
 
