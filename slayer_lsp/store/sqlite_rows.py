@@ -8,10 +8,10 @@ the lock again (a lock convoy; a 30 ms read of 6,000 rows measured 0.5-1.3 s und
 
 So the texts last returned are mirrored in an in-memory database, attached to each read's
 connection, and SQLite compares them itself: per table, one query returns only the rows whose text
-differs, one the keys that are gone, and (unless the row counts rule it out) one the keys that came. A table is read whole (and its mirror rebuilt) the first
-time, after a failed read, when a row has a key that is not text (such a row is named by its
-position, which needs the whole order) and when the table has no unique index on its keys
-(duplicate keys cannot be mirrored).
+differs, one the keys that are gone, and (unless the row counts rule it out) one the keys that
+came. A table is read whole (and its mirror rebuilt) the first time, after a failed read, when a
+row has a key that is not text (such a row is named by its position, which needs the whole order)
+and when the table has no unique index on its keys (duplicate keys cannot be mirrored).
 
 Each read is one short, read-only transaction on a connection of its own.
 """
