@@ -35,7 +35,7 @@ from typing import Any, TextIO
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "bench" / ".work"
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("SLAYER_LSP_SHARED") or REPO.parent / "shared")
 GENERATOR = SHARED / "tools" / "gen_slayer_storage.py"
 
 SLAYER_VERSION = "1.4.1"

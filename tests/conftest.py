@@ -1,17 +1,27 @@
-"""Shared test fixtures: the reference stores written by real SLayer live in ../shared/fixtures."""
+"""Shared test fixtures: the reference stores written by real SLayer live in ../shared/fixtures
+(beside the checkout), or in ``$SLAYER_LSP_SHARED/fixtures``."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("SLAYER_LSP_SHARED") or REPO.parent / "shared")
 FIXTURES = SHARED / "fixtures" / "jaffle"
 EXPECTED = FIXTURES / "expected"
 YAML_STORE = FIXTURES / "store-yaml"
 SQLITE_STORE = FIXTURES / "store.db"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not FIXTURES.is_dir():  # one clear message rather than a FileNotFoundError per module
+        raise pytest.UsageError(
+            f"the reference fixtures are not at {FIXTURES}: the tests read ../shared beside the "
+            "checkout; set SLAYER_LSP_SHARED to the shared directory when it lives elsewhere"
+        )
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -24,10 +24,9 @@ from slayer_lsp.search.cypher_filter import parse_label_filter, validate_cypher
 from slayer_lsp.search.cypher_lexer import CypherFilterError
 from slayer_lsp.search.graph import GraphIndex
 from slayer_lsp.store.reader import StoreReader
+from tests.conftest import EXPECTED, FIXTURES
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "jaffle"
-EXPECTED = FIXTURES / "expected"
 
 # The keywords the filter must refuse outside literals (the task's list, kept apart from the module's).
 FORBIDDEN = (

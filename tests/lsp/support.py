@@ -14,8 +14,9 @@ from lsprotocol import types as t
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import make_test_lsp_client
 
+from tests.conftest import FIXTURES
+
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "jaffle"
 YAML_STORE = FIXTURES / "store-yaml"
 SQLITE_STORE = FIXTURES / "store.db"
 
