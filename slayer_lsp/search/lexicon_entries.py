@@ -32,7 +32,7 @@ from slayer_lsp.catalog.ids import child_id
 from slayer_lsp.catalog.layered import getter
 from slayer_lsp.catalog.numbering import Numbering
 from slayer_lsp.search import name_stems, sampled_values
-from slayer_lsp.store import documents, fastyaml, reader
+from slayer_lsp.store import blockyaml, documents, fastyaml, reader, yamlscalar
 from slayer_lsp.store.cache import StoreCache, code_stamp
 from slayer_lsp.store.reader import DocKey
 
@@ -70,7 +70,9 @@ class LexiconFile(msgspec.Struct):
 
 def code() -> str:
     """What the entries depend on besides the stored bytes."""
-    return code_stamp(sys.modules[__name__], name_stems, sampled_values, documents, reader, fastyaml)
+    return code_stamp(
+        sys.modules[__name__], name_stems, sampled_values, documents, reader, fastyaml, blockyaml, yamlscalar
+    )
 
 
 @dataclass

@@ -21,7 +21,7 @@ import msgspec
 
 from slayer_lsp.catalog import Catalog
 from slayer_lsp.search import memory_terms, name_stems, piece_index
-from slayer_lsp.store import documents, fastyaml, reader
+from slayer_lsp.store import blockyaml, documents, fastyaml, reader, yamlscalar
 from slayer_lsp.store.cache import StoreCache, code_stamp
 from slayer_lsp.store.reader import DocKey
 from slayer_lsp.texts import pieces, words
@@ -57,6 +57,8 @@ def code() -> str:
         documents,
         reader,
         fastyaml,
+        blockyaml,
+        yamlscalar,
     )
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 import msgspec
 
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.store import documents, fastyaml, reader
+from slayer_lsp.store import blockyaml, documents, fastyaml, reader, yamlscalar
 from slayer_lsp.store.cache import StoreCache, code_stamp
 from slayer_lsp.texts import render
 from slayer_lsp.texts.render import RenderedDoc
@@ -56,7 +56,7 @@ class RenderedFile(msgspec.Struct):
 def renderer_stamp() -> str:
     """What the texts depend on besides the stored bytes: this version's renderer, document types and
     parsers."""
-    return code_stamp(render, documents, reader, fastyaml)
+    return code_stamp(render, documents, reader, fastyaml, blockyaml, yamlscalar)
 
 
 def source_digests(catalog: Catalog) -> dict[reader.Source, str]:

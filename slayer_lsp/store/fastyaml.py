@@ -1,16 +1,17 @@
-"""YAML loading with PyYAML's C parser and a lean constructor.
+"""YAML loading, fastest reader first: ``blockyaml`` line by line, then libyaml's events, then PyYAML.
 
-``yaml.load(text, Loader=CSafeLoader)`` parses in C but builds every node object and resolves every
-scalar in Python; on a store of 1,000 models that is most of the cold-load time. This module walks the
-C parser's event stream directly and builds the Python values in one pass, resolving plain scalars
-with exactly the implicit resolvers (YAML 1.1) and constructors of PyYAML's ``SafeLoader``, so the
-result equals ``yaml.safe_load`` (but for timestamps, kept as text). Anything unusual (explicit tags, complex keys, merge keys) defers
-to ``yaml.load`` itself.
+What SLayer writes is read by ``blockyaml`` (a fraction of a parser's cost). Whatever it declines goes
+to libyaml's C parser, whose event stream is walked here to build the values in one pass (``yaml.load``
+with ``CSafeLoader`` builds every node object and resolves every scalar in Python besides), resolving
+plain scalars exactly as PyYAML's ``SafeLoader`` does (``yamlscalar``). Anything unusual there
+(explicit tags, complex keys, merge keys) goes to ``yaml.load`` itself. Every path gives what
+``yaml.safe_load`` gives, but for timestamps, kept as text.
 
 Bounded: nesting deeper than ``MAX_NESTING`` (aliases expanded), aliases adding more than
 ``MAX_ALIAS_NODES`` nodes once expanded ("billion laughs") and an alias inside the node it names
 (a recursive structure) raise ``LimitError`` as soon as the event stream shows them, on both paths
-(the deferred one is scanned first), before anything large is built.
+(the deferred one is scanned first), before anything large is built. ``blockyaml`` reads no aliases
+and declines deeper nesting, so the limits are reported from here.
 """
 
 from __future__ import annotations
@@ -28,45 +29,26 @@ from yaml.events import (
     SequenceStartEvent,
 )
 
+from slayer_lsp.store import blockyaml
 from slayer_lsp.store.limits import ALIAS_SCALAR_CHARS, MAX_ALIAS_NODES, MAX_NESTING, LimitError
+from slayer_lsp.store.yamlscalar import Unhandled, resolve_plain
 
 try:
     _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - libyaml missing
     _Loader = yaml.SafeLoader
 
-_RESOLVERS = yaml.resolver.Resolver.yaml_implicit_resolvers
-_SAFE = yaml.SafeLoader("")  # a constructor instance whose scalar constructors we reuse
-_CONSTRUCT = {
-    "tag:yaml.org,2002:null": lambda v: None,
-    "tag:yaml.org,2002:bool": lambda v: _SAFE.bool_values[v.lower()],
-    "tag:yaml.org,2002:int": lambda v: _SAFE.construct_yaml_int(yaml.ScalarNode("", v)),
-    "tag:yaml.org,2002:float": lambda v: _SAFE.construct_yaml_float(yaml.ScalarNode("", v)),
-    # Stored documents hold timestamps as strings (created_at): keep the text as written.
-    "tag:yaml.org,2002:timestamp": lambda v: v,
-}
-
-
-class _Defer(Exception):
-    """The document uses a feature this fast path does not handle; use PyYAML's full loader."""
-
-
-def _plain(value: str) -> Any:
-    for tag, regexp in _RESOLVERS.get(value[:1] if value else "", ()):
-        if regexp.match(value):
-            construct = _CONSTRUCT.get(tag)
-            if construct is None:  # merge "<<" or value "=" keys: let PyYAML handle them
-                raise _Defer
-            return construct(value)
-    return value
-
 
 def load(text: str) -> Any:
     """Parse one YAML document like ``yaml.safe_load`` (raises ``yaml.YAMLError`` on bad input),
     except that timestamps stay the text they were written as."""
     try:
+        return blockyaml.load(text)
+    except Unhandled:
+        pass
+    try:
         return _load_events(text)
-    except _Defer:
+    except Unhandled:
         check_bounds(text)
         return _timestamps_as_text(yaml.load(text, Loader=_Loader))
 
@@ -175,18 +157,18 @@ def _load_events(text: str) -> Any:
         cls = ev.__class__
         if cls is ScalarEvent:
             if ev.tag is not None and ev.tag != "!":
-                raise _Defer
-            value = _plain(ev.value) if ev.implicit[0] else ev.value
+                raise Unhandled
+            value = resolve_plain(ev.value) if ev.implicit[0] else ev.value
         elif cls is MappingStartEvent or cls is SequenceStartEvent:
             if ev.tag is not None and ev.tag not in ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"):
-                raise _Defer
+                raise Unhandled
             value = {} if cls is MappingStartEvent else []
         elif cls is MappingEndEvent or cls is SequenceEndEvent:
             stack.pop()
             continue
         elif cls is AliasEvent:
             if ev.anchor not in anchors:
-                raise _Defer
+                raise Unhandled
             value = anchors[ev.anchor]
         else:  # stream and document events
             continue
@@ -201,7 +183,7 @@ def _load_events(text: str) -> Any:
                 top.append(value)
             elif top.key is _NO_KEY:
                 if cls is not ScalarEvent:
-                    raise _Defer  # a complex or aliased key
+                    raise Unhandled  # a complex or aliased key
                 top.key = value
             else:
                 top.mapping[top.key] = value
