@@ -120,14 +120,19 @@ class StoreWatcher:
         max_wait_ms: int = 1000,
         force_polling: bool | None = None,
         catch_up: bool = False,
+        first_read_waits: bool = False,
     ):
         self.location = location
         # once each watch is in place, ask for one whole re-read: a change made before it (while
         # the first index was being read) sends no event, and would stay unseen until the next one;
-        # not for the first watch when a caller waits for it before its first read (wait_in_place)
+        # not for the first watch when the first read looks at the store after it (wait_in_place)
         self.catch_up = catch_up
+        # the store's first read will call wait_in_place before it looks: whenever the watch comes
+        # in place, before that call or during it, that read sees every change before the watch
+        self._first_read_waits = first_read_waits
         self._in_place = threading.Event()
         self._awaited = False  # a caller waits for the first watch, and reads the store after it
+        self._gave_up = False  # a caller stopped waiting, and read the store before the watch
         self._first_lock = threading.Lock()
         self.on_change = on_change
         self.quiet_ms = quiet_ms
@@ -174,15 +179,17 @@ class StoreWatcher:
             self._awaited = True
         self._in_place.wait(timeout)
         with self._first_lock:
-            self._awaited = self._in_place.is_set()  # in place meanwhile: its catch-up was skipped
-            return self._awaited
+            if self._in_place.is_set():  # in place before or during the wait: no catch-up is owed
+                return True
+            self._awaited, self._gave_up = False, True  # owed once the watch is in place
+            return False
 
     def _first_in_place(self) -> bool:
         """Mark the first watch in place; whether its catch-up is owed (no caller waited for it)."""
         with self._first_lock:
             first = not self._in_place.is_set()
             self._in_place.set()
-            return not (first and self._awaited)
+            return not (first and (self._awaited or self._first_read_waits) and not self._gave_up)
 
     @property
     def running(self) -> bool:
@@ -296,7 +303,9 @@ def watch_before_first_read(engine: Engine, on_change: Callable[[set[str]], None
     watch is in place: it then needs no whole re-read after it (0.8 s at 10,000 models, right when
     the first requests come). The wait overlaps the read's own start (its parse cache is loaded
     first)."""
-    watcher = StoreWatcher(engine.location, on_change, quiet_ms=watch_quiet_ms(), catch_up=True)
+    watcher = StoreWatcher(
+        engine.location, on_change, quiet_ms=watch_quiet_ms(), catch_up=True, first_read_waits=True
+    )
     watcher.start()
 
     def wait() -> None:

@@ -136,6 +136,30 @@ def test_a_read_after_the_watch_is_in_place_needs_no_catch_up(store):
     assert calls == [{str(path)}]
 
 
+def test_a_watch_in_place_before_the_first_read_waits_needs_no_catch_up(store):
+    """A server's watch is often in place before its first read gets to wait for it (the read
+    loads its parse cache first, a second at 10,000 models): that read still sees every change
+    before the watch, so no whole re-read follows it (at 10,000 models, 1-2 s of a restart)."""
+    calls, done, on_change = _recorder()
+    watcher = StoreWatcher(
+        StoreLocation("yaml", store), on_change, quiet_ms=50, catch_up=True, first_read_waits=True
+    )
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 10
+        while watcher.watching is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # the watch comes in place while the read is still loading its cache
+        assert watcher.wait_in_place(10)
+        path = store / "models" / "jaffle" / "orders.yaml"
+        path.write_text(path.read_text() + "\n")
+        assert done.wait(10)
+        time.sleep(0.3)
+    finally:
+        watcher.stop()
+    assert calls == [{str(path)}]
+
+
 def test_a_watch_not_in_place_in_time_catches_up_once_it_is(store):
     calls, done, on_change = _recorder()
     watcher = StoreWatcher(StoreLocation("yaml", store), on_change, quiet_ms=50, catch_up=True)
