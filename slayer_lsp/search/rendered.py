@@ -76,7 +76,7 @@ class Rendering:
     def __init__(self, catalog: Catalog, cache: StoreCache | None) -> None:
         self.catalog = catalog
         self.docs: dict[str, RenderedDoc] = {}
-        self.known: dict[str, str] = {}
+        self._given: list[CachedDoc] = []  # the groups the cache gave back
         self.fresh = 0
         loaded = _load(cache) if cache is not None else None
         self._previous = loaded.texts if loaded is not None else {}
@@ -94,7 +94,7 @@ class Rendering:
     def _render(self, *, emit: bool) -> Iterator[RenderedDoc]:
         """Records every text; ``emit``: also yields each (else nothing, so a restart that takes
         400,000 texts back from the cache does not step through them one by one: 0.3 s)."""
-        catalog, previous, docs, known = self.catalog, self._previous, self.docs, self.known
+        catalog, previous, docs, given = self.catalog, self._previous, self.docs, self._given
         sources = source_digests(catalog) if previous else {}
         ids = catalog.searchable_ids()
         get_entity, at, end = catalog.entities.get, 0, len(ids)
@@ -107,7 +107,7 @@ class Rendering:
                 # the document is unchanged, and so are the ids it yields (a tuple compare in C)
                 if ent is not None and sources.get(ent.source) == group.source and ids[at:stop] == group.ids:
                     docs.update(zip(group.ids, group.docs, strict=True))
-                    known.update(zip(group.ids, group.digests, strict=True))
+                    given.append(group)
                     if emit:
                         yield from group.docs
                     at = stop
@@ -120,6 +120,15 @@ class Rendering:
                 if emit:
                     yield doc
             at += 1
+
+    @property
+    def known(self) -> dict[str, str]:
+        """The text digests the cache gave back, by canonical: only a restart whose index is not
+        the one the texts were written with compares them (a dict of 400,000 made only then)."""
+        known: dict[str, str] = {}
+        for group in self._given:
+            known.update(zip(group.ids, group.digests, strict=True))
+        return known
 
     def finish(self) -> Rendering:
         """Render whatever iterating has not reached yet (all of it when nobody iterated)."""
