@@ -67,6 +67,15 @@ class SlayerEnvError(RuntimeError):
 # --------------------------------------------------------------------------- the work area
 
 
+def compile_bytecode() -> None:
+    """Write the bytecode of slayer_lsp's modules, so that a timed daemon start runs as an installed
+    package's does (pip writes it at install). A checkout run with PYTHONDONTWRITEBYTECODE set, as
+    in CI, compiles every module at every start instead: 0.3-0.5 s more."""
+    import compileall
+
+    compileall.compile_dir(str(REPO / "slayer_lsp"), quiet=1)
+
+
 def work_dir() -> Path:
     """``bench/.work``, created on first use with a ``.gitignore`` so nothing in it is ever staged."""
     WORK.mkdir(parents=True, exist_ok=True)
