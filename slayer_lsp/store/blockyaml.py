@@ -41,8 +41,8 @@ _KEY_MAX = 1000  # characters: libyaml refuses a longer implicit key
 # Lines "key: value" with a one-line plain value, read before: a store repeats "type: INT" or
 # "hidden: false" on every column. Keys and values are immutable (strings, numbers, None).
 _PAIRS: dict[str, tuple[Any, Any]] = {}
-_PAIRS_MAX = 100_000
-_PAIR_LINE_MAX = 80
+_PAIRS_MAX = 50_000  # a few megabytes at most; cleared when full
+_PAIR_LINE_MAX = 40  # longer lines are mostly descriptions, which do not repeat
 # The characters that may not open a plain scalar (``-``, ``?`` and ``:`` only when a space follows).
 _NOT_PLAIN_START = frozenset(" ,[]{}#&*!|>'\"%@`")
 _SPECIAL_START = _NOT_PLAIN_START | frozenset("-?:")

@@ -29,7 +29,7 @@ _CONSTRUCT = {
 }
 
 _MEMO: dict[str, Any] = {}
-_MEMO_MAX = 200_000  # entries (short strings and numbers: a few tens of megabytes at most)
+_MEMO_MAX = 100_000  # entries (short strings and numbers: ~10 MB at most); cleared when full
 _MEMO_KEY_MAX = 64  # characters: longer scalars (descriptions) rarely repeat
 
 
