@@ -127,12 +127,12 @@ class StoreWatcher:
         # the first index was being read) sends no event, and would stay unseen until the next one;
         # not for the first watch when the first read looks at the store after it (wait_in_place)
         self.catch_up = catch_up
-        # the store's first read will call wait_in_place before it looks: whenever the watch comes
-        # in place, before that call or during it, that read sees every change before the watch
+        # the store's first read waits for the first watch (wait_in_place) before it looks: whenever
+        # the watch comes in place, before that wait or during it, that read sees every change
+        # before the watch (known from the start with ``first_read_waits``, else from the wait)
         self._first_read_waits = first_read_waits
         self._in_place = threading.Event()
-        self._awaited = False  # a caller waits for the first watch, and reads the store after it
-        self._gave_up = False  # a caller stopped waiting, and read the store before the watch
+        self._gave_up = False  # the waiting read stopped waiting, and read the store before the watch
         self._first_lock = threading.Lock()
         self.on_change = on_change
         self.quiet_ms = quiet_ms
@@ -176,12 +176,12 @@ class StoreWatcher:
         is, and the caller's read of the store then needs no catch-up re-read. On False the watch
         catches up by itself once it is in place."""
         with self._first_lock:
-            self._awaited = True
+            self._first_read_waits = True
         self._in_place.wait(timeout)
         with self._first_lock:
             if self._in_place.is_set():  # in place before or during the wait: no catch-up is owed
                 return True
-            self._awaited, self._gave_up = False, True  # owed once the watch is in place
+            self._gave_up = True  # owed once the watch is in place
             return False
 
     def _first_in_place(self) -> bool:
@@ -189,7 +189,7 @@ class StoreWatcher:
         with self._first_lock:
             first = not self._in_place.is_set()
             self._in_place.set()
-            return not (first and (self._awaited or self._first_read_waits) and not self._gave_up)
+            return not (first and self._first_read_waits and not self._gave_up)
 
     @property
     def running(self) -> bool:

@@ -520,7 +520,8 @@ def _model_key(model_id: str) -> tuple[str, str]:
 
 
 def _reordered(order: tuple[str, ...], gone: set[str], new: set[str]) -> tuple[str, ...]:
-    """``order`` less ``gone``, with ``new`` inserted in place: a few bisects, not a sort."""
+    """``order`` less ``gone``, with ``new`` inserted in place: a few bisects, or one sort when
+    ``new`` is most of it (a first build)."""
     out = [m for m in order if m not in gone] if gone else list(order)
     if len(new) * 8 > len(out):  # a first build, or most of the store: one sort
         out += new

@@ -182,7 +182,7 @@ class _Lines:
             if _KEY_LINE.match(item) is not None:
                 ind[self.pos], con[self.pos] = inner, item
                 out.append(self.mapping(inner, depth + 1))
-            elif item[:2] == "- " or item == "-":
+            elif _is_item(item):
                 ind[self.pos], con[self.pos] = inner, item
                 out.append(self.sequence(inner, depth + 1))
             else:
