@@ -574,3 +574,17 @@ def test_a_real_enospc_on_a_tiny_tmpfs(tmp_path, monkeypatch):
         assert answers(Engine(store, use_cache=True)) == answers(cold(store))
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_join_pair_without_two_keys_is_skipped_not_fatal(tmp_path):
+    """A hand edit (or a file cut short) leaves a join pair with one key: every search still answers,
+    and the join is simply not used (it crashed the default ranking's lexicon build)."""
+    store = yaml_store(tmp_path)
+    path = store / BOOKS
+    pair = "  - - author_id\n    - author_id\n"
+    assert pair in path.read_text()
+    path.write_text(path.read_text().replace(pair, "  - - author_id\n"))
+    engine = cold(store)
+    assert any(len(p) == 1 for j in engine.catalog.models["shop.books"].joins for p in j.join_pairs)
+    for question in QUESTIONS:
+        assert hits(engine, question)

@@ -248,14 +248,15 @@ def _model_stems(ent) -> tuple[str, ...]:  # noqa: ANN001
 
 def _joins(catalog: Catalog, ent) -> Joins:  # noqa: ANN001
     """Each declared join's first key pair, where both columns exist (read every time: the other
-    model's columns are another document)."""
+    model's columns are another document). A pair without two keys (a hand edit, a file cut short)
+    is skipped, as everywhere else that reads pairs."""
     obj = ent.obj
     joins = []
     for j in obj.joins or []:
-        if not j.join_pairs:
+        if not j.join_pairs or len(j.join_pairs[0]) < 2:
             continue
         other = child_id(obj.data_source, j.target_model)
-        here, there = j.join_pairs[0]
+        here, there = j.join_pairs[0][:2]
         k_here, k_there = child_id(ent.canonical, here), child_id(other, there)
         if k_here in catalog.entities and k_there in catalog.entities:
             joins.append((other, k_here, k_there))
