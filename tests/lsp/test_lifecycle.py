@@ -60,9 +60,14 @@ async def test_invalid_options_are_shown_and_defaulted(client):
 
 async def test_initial_indexing_reports_progress_when_supported(client):
     await eventually(lambda: status(client), lambda s: s.ready, "the initial index")
-    reports = [
-        r for token, rs in client.progress_reports.items() if token.startswith("slayer-index") for r in rs
-    ]
+
+    def index_reports() -> list:
+        return [
+            r for token, rs in client.progress_reports.items() if token.startswith("slayer-index") for r in rs
+        ]
+
+    # the end notification is sent from the loop once the index is served: it may follow the status
+    reports = await eventually(index_reports, lambda rs: len(rs) >= 2, "the end of the progress")
     supported = client.capabilities.window and client.capabilities.window.work_done_progress
     assert supported  # all three capability sets declare window.workDoneProgress
     assert [r.kind for r in reports] == ["begin", "end"]
