@@ -97,7 +97,7 @@ class FullTextView:
         self._schema = index.schema
         self._searcher = searcher
         self._names = names  # append-only and shared: this view reads only keys its searcher holds
-        self._members = members  # canonical -> "memory" | "entity"
+        self._members = members  # canonical -> digest of the indexed text
         self.kind_counts = kind_counts
         self.deletions = deletions  # deleted documents still weigh in tantivy's statistics until a rebuild
 
@@ -206,21 +206,21 @@ class FullTextIndex:
         self._closed = False
         self._opstamp = self._writer.commit_opstamp  # the writer reports only the opstamp it opened at
         self._kind_counts: dict[str, int] = {"memory": 0, "entity": 0}
-        self._members: LayeredMap[str] = LayeredMap()  # canonical -> "memory" | "entity"
+        # canonical -> digest of the indexed text: who is in the index (what the views ask) and
+        # whether their text changed (what a sync asks), in one map
+        self._members: LayeredMap[str] = LayeredMap()
+        self._memories: set[str] = set()  # the members that are memories (the writer's own)
         # canonical -> u64 fast-field key (hits map back without doc fetches)
         self._numbers: Numbering[str] = Numbering()
-        self._digests: dict[str, str] = {}  # canonical -> digest of the indexed text
         self._deletions = 0
         if _state is not None:
             self._numbers = Numbering(_state.names)
             canonicals = pick(_state.names, _state.members)
-            members = dict.fromkeys(canonicals, "entity")
-            for cid in pick(canonicals, _state.memories):
-                members[cid] = "memory"
-            self._digests = dict(zip(canonicals, _state.digests, strict=True))
+            members = dict(zip(canonicals, _state.digests, strict=True))
+            self._memories = set(pick(canonicals, _state.memories))
             self._kind_counts = {
-                "memory": len(_state.memories),
-                "entity": len(members) - len(_state.memories),
+                "memory": len(self._memories),
+                "entity": len(members) - len(self._memories),
             }
             self._members = LayeredMap(members)
             self._deletions = _state.deletions
@@ -252,6 +252,11 @@ class FullTextIndex:
         """Whether a next commit can be derived from ``view`` in place: it is this writer's last
         commit and the writer is open (else the caller indexes anew, as for an older generation)."""
         return not self._closed and self._view is view
+
+    def prepare(self) -> None:
+        """Make now what only the next change needs (a reopened index's key -> number map), so that
+        an edit after a restart does not wait for it (run by the warm-up)."""
+        self._numbers.prepare()
 
     def close(self) -> None:
         """Let go of the writer now rather than at the next full GC pass: its indexing memory, its
@@ -285,20 +290,21 @@ class FullTextIndex:
         current text (the cache's texts were written with this very commit): only these are
         compared, and the others are looked for among the members only when the counts say some
         went (a restart on 400,000 unchanged documents then compares nothing)."""
-        have = self._digests
+        have = self._members
         if indexed_except is not None:
             stale = {cid for cid in indexed_except if have.get(cid) != doc_digest(docs[cid])}
             present = sum(cid in have for cid in indexed_except)
             untold = len(docs) - len(indexed_except)  # all in the index, as the caller knows
-            gone = have.keys() - docs.keys() if len(have) != untold + present else set()
+            gone = set(have).difference(docs) if len(have) != untold + present else set()
         else:
             known = known or {}
             # compared in C (map, compress and set operations over the dicts' views): a restart on
             # 400,000 unchanged documents finds nothing to do without a Python step per document
-            differs = map(ne, map(have.get, known.keys()), known.values())
+            digest_of = have.getter()
+            differs = map(ne, map(digest_of, known.keys()), known.values())
             stale = {cid for cid in compress(known.keys(), differs) if cid in docs}
-            stale.update(cid for cid in docs.keys() - known.keys() if have.get(cid) != doc_digest(docs[cid]))
-            gone = have.keys() - docs.keys()
+            stale.update(cid for cid in docs.keys() - known.keys() if digest_of(cid) != doc_digest(docs[cid]))
+            gone = set(have).difference(docs)
         self.replace(
             [c for c in self._members if c in gone] if gone else [],
             [doc for cid, doc in docs.items() if cid in stale] if stale else [],
@@ -306,13 +312,14 @@ class FullTextIndex:
 
     def manifest(self) -> tuple[int, IndexState]:
         """This index's last commit and what a later start needs to reopen it."""
-        canonicals = list(self._members)
-        group = self._members.get
+        pairs = list(self._members.pairs())
+        canonicals = [cid for cid, _ in pairs]
+        memories = self._memories
         return self._opstamp, IndexState(
             names=list(self._numbers.names),
             members=pick(self._numbers.number, canonicals),
-            digests=pick(self._digests, canonicals),
-            memories=[i for i, cid in enumerate(canonicals) if group(cid) == "memory"],
+            digests=[digest for _, digest in pairs],
+            memories=[i for i, cid in enumerate(canonicals) if cid in memories],
             deletions=self._deletions,
         )
 
@@ -328,9 +335,10 @@ class FullTextIndex:
         return self._deletions
 
     @property
-    def digests(self) -> Mapping[str, str]:
-        """The text digest of every indexed document, by canonical (read-only)."""
-        return self._digests
+    def digests(self) -> LayeredMap[str]:
+        """The text digest of every indexed document, by canonical (as of the last commit: later
+        commits leave it as it is)."""
+        return self._members
 
     @property
     def opstamp(self) -> int:
@@ -383,17 +391,21 @@ class FullTextIndex:
         tdoc.add_text("canonical", doc.canonical)
         tdoc.add_text("text", doc.text)
         self._writer.add_document(tdoc)
-        group = "memory" if doc.kind == "memory" else "entity"
-        members[doc.canonical] = group
-        self._digests[doc.canonical] = doc_digest(doc)
-        self._kind_counts[group] += 1
+        members[doc.canonical] = doc_digest(doc)
+        if doc.kind == "memory":
+            self._memories.add(doc.canonical)
+            self._kind_counts["memory"] += 1
+        else:
+            self._kind_counts["entity"] += 1
 
     def _delete(self, members: LayeredMutation[str], canonical: str) -> bool:
-        group = members.pop(canonical, None)
-        if group is None:
+        if members.pop(canonical, None) is None:
             return False
-        self._digests.pop(canonical, None)
-        self._kind_counts[group] -= 1
+        if canonical in self._memories:
+            self._memories.discard(canonical)
+            self._kind_counts["memory"] -= 1
+        else:
+            self._kind_counts["entity"] -= 1
         self._deletions += 1
         self._writer.delete_documents_by_term("id", canonical)
         return True

@@ -150,9 +150,9 @@ class SearchIndexes:
         if cache is not None and fulltext is not None and reuse_texts and fulltext.path is not None:
             at = (str(fulltext.path), fulltext.opstamp)
             if rendering.fresh or rendering.indexed_at != at:  # written beside the start, not in its way
-                digests = dict(fulltext.digests)
+                digest_of = fulltext.digests.getter()  # of this commit: later ones leave it as it is
                 cache.write_in_background(
-                    rendered.FILE, lambda: rendered.cache_file(catalog, docs, digests, at)
+                    rendered.FILE, lambda: rendered.cache_file(catalog, docs, digest_of, at)
                 )
         return cls(
             docs, (fulltext or FullTextIndex(docs.values())).view(), graph, cache=cache, reuse=reuse_texts
@@ -432,6 +432,7 @@ class SearchIndexes:
         """Build what the hybrid ranking needs (run off the request path at start-up): what every
         question needs first, then the exact-token lookup that only some need."""
         t0 = time.perf_counter()
+        self.fulltext.index.prepare()
         self.lexicon_for(catalog)
         t1 = time.perf_counter()
         pieces = self.pieces_for(catalog)

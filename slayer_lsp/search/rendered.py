@@ -16,7 +16,7 @@ everything again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import msgspec
 
@@ -141,11 +141,11 @@ class Rendering:
 def cache_file(
     catalog: Catalog,
     docs: Mapping[str, RenderedDoc],
-    digests: Mapping[str, str],
+    digest_of: Callable[[str], str | None],
     index: tuple[str, int] | None = None,
 ) -> RenderedFile:
     """What the next start reads back: ``docs`` (of ``catalog``, in corpus order) with their text
-    ``digests``, grouped by the stored document each came from. A datasource's text lists its models,
+    digests (``digest_of`` a canonical), grouped by the stored document each came from. A datasource's text lists its models,
     so datasources are left out (always rendered). ``index``: the full-text index commit (directory,
     opstamp) that holds exactly ``docs`` with ``digests``."""
     sources = source_digests(catalog)
@@ -161,7 +161,7 @@ def cache_file(
 
     for cid, doc in docs.items():
         ent = catalog.get(cid)
-        digest = digests.get(cid)
+        digest = digest_of(cid)
         if ent is None or digest is None or ent.kind == "datasource":
             close()
             group_source = group_digest = None
