@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from slayer_lsp.catalog.ids import memory_ref, name_of, parent_of
-from slayer_lsp.catalog.layered import LayeredMap, LayeredMutation, getter
+from slayer_lsp.catalog.layered import LayeredMap, LayeredMutation
 from slayer_lsp.store import documents as d
 from slayer_lsp.store.locate import StoreLocation
 from slayer_lsp.store.reader import PRIORITY_KEY, DocKey, LoadIssue, Source, StoredDoc, StoreRead
@@ -467,7 +467,6 @@ class Catalog:
 
         def build() -> tuple[str, ...]:
             out: list[str] = sorted(self.datasources)
-            entity = getter(self.entities)
             children = self.children_of.get
             for mid, model in self.models.items():
                 if model.hidden:
@@ -475,7 +474,9 @@ class Catalog:
                 out.append(mid)
                 leaves: Iterable[str] = children(mid, ())
                 if any(map(_HIDDEN, model.columns)):  # else every leaf is visible (most models)
-                    leaves = [c for c in leaves if not entity(c).hidden]  # type: ignore[union-attr]
+                    # (a model's columns have unique names: the reader keeps the first of a name)
+                    hidden = {f"{mid}.{col.name}" for col in model.columns if col.hidden}
+                    leaves = [c for c in leaves if c not in hidden]
                 out.extend(leaves)
             out.extend(memory_ref(m) for m in self.memory_order)
             return tuple(out)
