@@ -524,6 +524,46 @@ def test_json_nesting_is_measured_outside_strings():
         check_json_nesting("[" * 100_000)
 
 
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_json_nesting_is_refused_exactly_past_the_limit(seed):
+    """Well-formed JSON whose strings are full of brackets, quotes, escapes and empty strings (the
+    cases the check cuts out at C speed) is refused exactly when it nests deeper than the limit."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+    pieces = ["[", "]", "{", "}", '"', "\\", '\\"', "", "é", "x", "\n"]
+
+    def value(depth: int) -> object:
+        roll = rng.random()
+        if depth and roll < 0.35:
+            return [value(depth - 1) for _ in range(rng.randint(0, 3))]
+        if depth and roll < 0.7:
+            return {
+                "".join(rng.choices(pieces, k=rng.randint(0, 3))): value(depth - 1)
+                for _ in range(rng.randint(0, 3))
+            }
+        return "".join(rng.choices(pieces, k=rng.randint(0, 4))) if roll < 0.9 else rng.randint(0, 9)
+
+    for _ in range(400):
+        doc = value(rng.randint(0, 9))
+        text = json.dumps(doc, ensure_ascii=rng.random() < 0.5)
+        limit = rng.randint(1, 8)
+        if _depth(doc) > limit:
+            with pytest.raises(LimitError):
+                check_json_nesting(text, limit)
+        else:
+            check_json_nesting(text, limit)
+
+
 # --------------------------------------------------------------------------- the cache
 
 
