@@ -478,3 +478,59 @@ def test_an_edit_hinted_by_the_watcher_reads_as_a_full_listing_does(tmp_path, mo
         assert set(catalog.entities) == set(fresh.entities), name
         assert catalog.memory_order == fresh.memory_order, name
         assert list(catalog.memories.items()) == list(fresh.memories.items()), name  # carried on, next step
+
+
+def test_sqlite_model_rows_decode_as_the_documents_conversion_does(sqlite_copy):
+    """A model row is decoded straight into the struct; every verdict (the model, or the error) is
+    the one converting the row's JSON value gives, as the YAML reader converts a parsed file."""
+    import json
+    import random
+
+    import msgspec
+
+    from slayer_lsp.store.reader import DocKey, Source, decode_model
+
+    rng = random.Random(11)
+    values = [None, 1, -1, 2.5, "x", "1", "true", True, False, [], {}, [1], {"a": 1}, "int", "2024-01-01"]
+    conn = sqlite3.connect(sqlite_copy)
+    originals = [(ds, json.loads(text)) for ds, text in conn.execute("SELECT data_source, data FROM models")]
+    expected: dict[str, object] = {}
+    with conn:
+        for i in range(300):
+            ds, model = rng.choice(originals)
+            obj = json.loads(json.dumps(model))
+            target = obj
+            for _ in range(rng.randint(0, 3)):  # somewhere inside: a column, a join, a format...
+                inner = [v for v in (target.values() if isinstance(target, dict) else target) if v]
+                inner = [v for v in inner if isinstance(v, (dict, list))]
+                if inner:
+                    target = rng.choice(inner)
+            if isinstance(target, dict):
+                key = rng.choice(
+                    [k for k in target if target is not obj or k not in ("name", "data_source")] + ["x"]
+                )
+                if rng.random() < 0.2:
+                    target.pop(key, None)
+                else:
+                    target[key] = rng.choice(values)
+            else:
+                target.append(rng.choice(values))
+            obj["name"] = name = f"mutant{i}"
+            text = json.dumps(obj)
+            conn.execute("INSERT INTO models (data_source, name, data) VALUES (?, ?, ?)", (ds, name, text))
+            try:
+                expected[f"{ds}.{name}"] = decode_model(json.loads(text), Source("x"), strict=False)[0]
+            except (msgspec.ValidationError, ValueError, TypeError) as exc:
+                expected[f"{ds}.{name}"] = str(exc)
+    conn.close()
+    read = StoreReader(sqlite_copy).read()
+    issues = {i.source.row: i.message for i in read.issues}
+    refused = 0
+    for mid, want in expected.items():
+        doc = read.docs.get(DocKey("model", mid))
+        if isinstance(want, str):
+            refused += 1
+            assert doc is None and want in issues[mid], (mid, want, issues.get(mid))
+        else:
+            assert doc is not None and doc.value == want, mid
+    assert 20 < refused < 280  # both verdicts are exercised

@@ -812,7 +812,9 @@ class SqliteReader:
                 _version_issue(source, "DatasourceConfig", ds.version),
             )
         if table == "models":
-            model, issues = decode_model(msgspec.json.decode(text), source, strict=False)
+            # decoded straight into the struct (as lax as ``decode_model``'s conversion, and with the
+            # same verdicts): a dict of the row first cost 0.5 s more at 10,000 models
+            model, issues = _finish_model(msgspec.json.decode(text, type=d.Model, strict=False), source)
             return StoredDoc(
                 DocKey("model", f"{model.data_source}.{model.name}"), model, source, digest, issues
             )
