@@ -539,3 +539,22 @@ def test_sqlite_model_rows_decode_as_the_documents_conversion_does(sqlite_copy):
         else:
             assert doc is not None and doc.value == want, mid
     assert 20 < refused < 280  # both verdicts are exercised
+
+
+@pytest.mark.parametrize(
+    ("spelled", "kept"),
+    [("int", "INT"), ("Integer", "INT"), (None, "TEXT"), ("varchar", "TEXT"), ("DOUBLE", "DOUBLE")],
+)
+def test_column_types_are_read_as_slayer_spells_them(yaml_copy, spelled, kept):
+    orders = yaml_copy / "models/jaffle/orders.yaml"
+    data = yaml.safe_load(orders.read_text())
+    first = data["columns"][0]
+    if spelled is None:
+        first.pop("type", None)
+    else:
+        first["type"] = spelled
+    orders.write_text(yaml.safe_dump(data, sort_keys=False))
+    cat = load_catalog(yaml_copy)
+    assert cat.get(f"jaffle.orders.{first['name']}").obj.type == kept
+    untouched = cat.get("jaffle.orders").obj.columns[1:]
+    assert [c.type for c in untouched] == [c.get("type", "TEXT").upper() for c in data["columns"][1:]]

@@ -42,12 +42,16 @@ _LEGACY_TYPES = {
 }
 
 
+#: SLayer's DataType names: a column type spelled so needs no normalising.
+DATA_TYPES = frozenset({"TEXT", "INT", "DOUBLE", "BOOLEAN", "DATE", "TIMESTAMP", "UNKNOWN"})
+
+
 def normalise_type(raw: str | None) -> str:
     """Map legacy lowercase type spellings to SLayer's upper-case DataType names."""
     if not raw:
         return "TEXT"
     upper = raw.upper()
-    if upper in {"TEXT", "INT", "DOUBLE", "BOOLEAN", "DATE", "TIMESTAMP", "UNKNOWN"}:
+    if upper in DATA_TYPES:
         return upper
     return _LEGACY_TYPES.get(raw.lower(), upper)
 

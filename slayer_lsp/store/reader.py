@@ -26,6 +26,7 @@ import stat
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -106,9 +107,29 @@ def _version_issue(source: Source, kind: str, version: int) -> tuple[LoadIssue, 
     return (LoadIssue(source, note),) if note else ()
 
 
+_COLUMN_NAME = attrgetter("name")
+_COLUMN_TYPE = attrgetter("type")
+
+
 def _finish_model(model: d.Model, source: Source) -> tuple[d.Model, tuple[LoadIssue, ...]]:
     """Normalise column types and drop duplicate leaf names (first wins), noting each."""
     issues = list(_version_issue(source, "SlayerModel", model.version))
+    names = list(map(_COLUMN_NAME, model.columns))
+    seen = set(names)
+    # what nearly every model is, checked in C: unique names, types spelled as SLayer spells them
+    if len(seen) < len(names) or not all(map(d.DATA_TYPES.__contains__, map(_COLUMN_TYPE, model.columns))):
+        model, seen = _finish_columns(model, source, issues)
+    for m in model.measures:
+        if m.name and m.name in seen:
+            issues.append(
+                LoadIssue(source, f"model '{model.name}': measure '{m.name}' has the name of a column")
+            )
+    return model, tuple(issues)
+
+
+def _finish_columns(model: d.Model, source: Source, issues: list[LoadIssue]) -> tuple[d.Model, set[str]]:
+    """The model with its columns' duplicates dropped and types normalised (each duplicate noted in
+    ``issues``), and the names it keeps."""
     seen: set[str] = set()
     columns: list[d.Column] = []
     for col in model.columns:
@@ -123,14 +144,9 @@ def _finish_model(model: d.Model, source: Source) -> tuple[d.Model, tuple[LoadIs
         seen.add(col.name)
         norm = d.normalise_type(col.type)
         columns.append(col if norm == col.type else msgspec.structs.replace(col, type=norm))
-    for m in model.measures:
-        if m.name and m.name in seen:
-            issues.append(
-                LoadIssue(source, f"model '{model.name}': measure '{m.name}' has the name of a column")
-            )
     if columns != model.columns:
         model = msgspec.structs.replace(model, columns=columns)
-    return model, tuple(issues)
+    return model, seen
 
 
 def decode_model(data: Any, source: Source, *, strict: bool) -> tuple[d.Model, tuple[LoadIssue, ...]]:
