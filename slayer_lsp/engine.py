@@ -253,7 +253,7 @@ class Engine:
                 indexes.dense = self._dense_view(full)
                 self._restrict_dense(catalog)
                 if read.fatal is None:
-                    self._save_caches(search=None)
+                    self._save_caches(search=None, background=True)  # off the first answer's path
                     self._built = True
                 delta = Delta(added=frozenset(catalog.entities))
             else:
@@ -462,12 +462,14 @@ class Engine:
                 self._state.search.close_writers()
                 if self._state.search.cache is not None:
                     self._state.search.cache.flush()
+            self._reader.flush()
             self._reader.close()
 
-    def _save_caches(self, search: SearchIndexes | None) -> None:
-        """Record the on-disk caches; one that cannot be written is skipped (served from memory)."""
+    def _save_caches(self, search: SearchIndexes | None, *, background: bool = False) -> None:
+        """Record the on-disk caches; one that cannot be written is skipped (served from memory).
+        ``background``: the parsed documents are written on a thread (``close`` waits for it)."""
         try:
-            self._reader.save_cache()
+            self._reader.save_cache(background=background)
             if search is not None:
                 search.save_cache()
         except Exception as exc:  # noqa: BLE001 - the cache is an optimisation, never a failure

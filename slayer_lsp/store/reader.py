@@ -902,13 +902,19 @@ class StoreReader:
         if isinstance(self._impl, SqliteReader):
             self._impl.close()
 
-    def save_cache(self) -> None:
-        """Record the parsed documents, unless the cache already holds exactly these."""
+    def save_cache(self, *, background: bool = False) -> None:
+        """Record the parsed documents, unless the cache already holds exactly these (``background``:
+        written on a thread, which ``flush`` waits for)."""
         if self._cache is not None:
             state = self._impl.parsed_state()
             if state != self._saved:
-                self._cache.save_docs(self._impl.export_parsed())
+                self._cache.save_docs(self._impl.export_parsed(), background=background)
                 self._saved = state
+
+    def flush(self) -> None:
+        """Wait for the cache writes started so far."""
+        if self._cache is not None:
+            self._cache.flush()
 
     def read(
         self, changed: Iterable[str] | None = None, before_listing: Callable[[], object] | None = None
