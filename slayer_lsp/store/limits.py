@@ -56,7 +56,7 @@ def check_json_nesting(text: str, limit: int = MAX_NESTING) -> None:
     backslash or quote is never part of another character. Most strings hold no bracket and are
     left as ``""``: removing two adjacent quotes leaves every bracket on its side of every string,
     so those go in one ``replace``, and only the few strings that held brackets are cut out by
-    splitting at the quotes. A 10 KB model row takes 40 us, not 80: 10,000 models' rows were 0.9 s
+    splitting at the quotes. A 10 KB model row takes 35 us, not 63: 10,000 models' rows were 0.9 s
     of a cold start.)"""
     plain = text.encode("utf-8", "surrogatepass")
     if b"\\" in plain:
