@@ -184,9 +184,7 @@ class CompletionIndex:
                     if token in seen:
                         continue
                     seen.add(token)
-                    pairs = ", ".join(
-                        f"{p[0]} = {j.target_model}.{p[1]}" for p in j.join_pairs if len(p) >= 2
-                    )
+                    pairs = ", ".join(f"{here} = {j.target_model}.{there}" for here, there in j.key_pairs)
                     items.append(
                         CompletionItemData(
                             token,
@@ -202,7 +200,7 @@ class CompletionIndex:
                 if not self.visible_model(other) or other is None or other.name in seen:
                     continue
                 seen.add(other.name)
-                pairs = ", ".join(f"{p[1]} = {other.name}.{p[0]}" for p in j.join_pairs if len(p) >= 2)
+                pairs = ", ".join(f"{there} = {other.name}.{here}" for here, there in j.key_pairs)
                 items.append(
                     CompletionItemData(
                         other.name,

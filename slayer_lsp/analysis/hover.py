@@ -169,7 +169,7 @@ def entity_markdown(
         if obj.joins:
             joins = []
             for j in obj.joins:
-                pairs = ", ".join(f"{p[0]} = {j.target_model}.{p[1]}" for p in j.join_pairs if len(p) >= 2)
+                pairs = ", ".join(f"{here} = {j.target_model}.{there}" for here, there in j.key_pairs)
                 name = f"{j.name} → " if j.name and j.name != j.target_model else ""
                 joins.append(
                     f"- {escape(name)}{code(j.target_model)}"

@@ -362,7 +362,7 @@ class _Ctx:
                 current,
                 j.target_model,
                 j.name,
-                tuple((p[0], p[1]) for p in j.join_pairs if len(p) >= 2),
+                j.key_pairs,
                 j.cardinality,
                 current,
             )
@@ -382,7 +382,7 @@ class _Ctx:
                     current,
                     declaring,
                     j.name,
-                    tuple((p[1], p[0]) for p in j.join_pairs if len(p) >= 2),
+                    tuple((there, here) for here, there in j.key_pairs),
                     _INVERSE.get(j.cardinality or "", j.cardinality),
                     declaring,
                 )

@@ -127,6 +127,13 @@ class Join(_Doc, frozen=True, kw_only=True):
     description: str | None = None
     meta: Any = None
 
+    @property
+    def key_pairs(self) -> tuple[tuple[str, str], ...]:
+        """Each (this model's column, the target's column) pair that names both: a pair a hand edit
+        (or a file cut short) left with one key is passed over by every reader, and reported by the
+        store checks."""
+        return tuple((p[0], p[1]) for p in self.join_pairs if len(p) >= 2)
+
 
 class Model(_Doc, frozen=True, kw_only=True):
     version: int = 1

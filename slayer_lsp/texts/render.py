@@ -67,7 +67,7 @@ def model_text(model: d.Model) -> str:
     if model.joins:
         lines.append("Joins: " + _csv([j.target_model for j in model.joins], "model"))
         for j in model.joins:
-            pairs = "; ".join(f"{p[0]}={p[1]}" for p in j.join_pairs if len(p) >= 2)
+            pairs = "; ".join(f"{here}={there}" for here, there in j.key_pairs)
             lines.append(f"Join pairs to {j.target_model}: {pairs}")
     return "\n".join(lines)
 
