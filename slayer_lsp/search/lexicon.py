@@ -179,15 +179,16 @@ class Lexicon:
         hit = np.concatenate(arrays)
         spread = np.repeat(weights, [len(a) for a in arrays])
         # bincount adds in input order (stem by stem, as sorted): the same float sums as adding each
-        # stem's idf to each of its ids in turn. Over few hits the ids are made dense first (a sort);
-        # over many, the sums are laid out over every number at once (no sort). Every idf is > 0,
-        # so the ids found are those with a sum.
-        if len(hit) * 16 < len(self.numbers.names):
+        # stem's idf to each of its ids in turn. Over very few hits the ids are made dense first (a
+        # sort); otherwise the sums are laid out over every number at once (no sort). Every idf is
+        # > 0, so the ids found are those with a sum; they are found through a boolean mask, which
+        # numpy scans several times faster than the floats themselves (~2 ms of 400k floats).
+        if len(hit) * 64 < len(self.numbers.names):
             found, where = np.unique(hit, return_inverse=True)
             sums = np.bincount(where, weights=spread)
         else:
             sums = np.bincount(hit, weights=spread)
-            found = np.flatnonzero(sums)
+            found = np.flatnonzero(sums != 0)
             sums = sums[found]
         damped = sums / (1 + 0.1 * self.lengths[found])
         names = self.numbers.names
