@@ -72,6 +72,9 @@ class _Entry:
 
 
 ABOUT_PIECE = 2**32  # the piece number of a memory's about document (never a real piece)
+# restriction queries kept per generation: one per datasource searched (a store of 20 datasources
+# searched in turn evicted every one of 16 and rebuilt its id list on every search)
+RESTRICTIONS_KEPT = 64
 
 
 def about_text(tags: Iterable[str]) -> str:
@@ -192,7 +195,7 @@ class MemoryPieceIndex:
         self._literal = literal
         self._literal_lock = threading.Lock()
         self.deletions = deletions  # replaced pieces still weigh in BM25 statistics until a rebuild
-        # the restriction query of the last allowed sets (a datasource's memories come as the same
+        # the restriction queries of the last allowed sets (a datasource's memories come as the same
         # frozenset call after call); per generation, since it names this generation's memories
         self._restrictions: dict[frozenset[str], tantivy.Query | None] = {}
 
@@ -417,8 +420,8 @@ class MemoryPieceIndex:
                     restrict = tantivy.Query.term_set_query(self._w.schema, "mid", ids)
                     cached = tantivy.Query.const_score_query(restrict, 0.0)
                 if key is not None:
-                    if len(self._restrictions) >= 16:
-                        self._restrictions.clear()
+                    if len(self._restrictions) >= RESTRICTIONS_KEPT:  # the oldest goes
+                        self._restrictions.pop(next(iter(self._restrictions), key), None)
                     self._restrictions[key] = cached
             if cached is not None:
                 clauses.append((tantivy.Occur.Must, cached))
