@@ -141,3 +141,39 @@ def test_a_compaction_catches_up_with_the_edits_made_while_it_ran(store, monkeyp
     assert _answers(engine) == _answers(cold)
     engine.close()
     cold.close()
+
+
+def _zebra_column(name: str) -> str:
+    return (
+        f"- name: {name}\n  sql: {name}\n  type: TEXT\n  primary_key: false\n  unique: false\n"
+        "  hidden: false\n  description: zebracorn stripes\n"
+    )
+
+
+def _zebra_order(engine: Engine) -> list[str]:
+    view = engine.state.search.fulltext
+    query = view.parse("zebracorn")
+    assert query is not None
+    return [hit.canonical for hit in view.search(query, memories=False, limit=10)]
+
+
+def test_a_compaction_after_edits_indexes_in_the_order_a_fresh_start_does(store):
+    # two columns whose texts score alike: only the corpus order tells them apart. The second is
+    # added by an edit in front of the first, where a fresh start puts it, not after everything
+    model = store / "models/jaffle/orders.yaml"
+    original = model.read_text()
+    model.write_text(original.replace("columns:\n", "columns:\n" + _zebra_column("zeb_b"), 1))
+    engine = Engine(store, compact_after_s=None)
+    engine.refresh()
+    model.write_text(
+        original.replace("columns:\n", "columns:\n" + _zebra_column("zeb_a") + _zebra_column("zeb_b"), 1)
+    )
+    engine.refresh([str(model)])
+    assert engine.compact()
+    compacted = _zebra_order(engine)
+    engine.close()
+    fresh = Engine(store, compact_after_s=None)
+    fresh.refresh()
+    assert sorted(compacted) == ["jaffle.orders.zeb_a", "jaffle.orders.zeb_b"]
+    assert compacted == _zebra_order(fresh)
+    fresh.close()

@@ -371,13 +371,13 @@ class _Allowed:
 
     def entity_test(self) -> Callable[[str], bool]:
         """``entity`` as the cheapest callable that answers the same (a hot loop's)."""
-        docs, ds = self.docs, self.ds
+        known, ds = self.docs.membership(), self.ds
         if self.ids is None and ds is None:
-            return docs.__contains__
+            return known
         if self.ids is None and ds is not None:  # rooted_at, inline
             prefix = ds + "."
             return lambda c: (
-                (c.startswith(prefix) or c == ds) and not c.startswith(MEMORY_PREFIX) and c in docs
+                (c.startswith(prefix) or c == ds) and not c.startswith(MEMORY_PREFIX) and known(c)
             )
         return self.entity
 

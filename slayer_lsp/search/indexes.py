@@ -21,13 +21,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from slayer_lsp.catalog import Catalog, Delta
 from slayer_lsp.catalog.ids import datasource_of, is_model_id
+from slayer_lsp.catalog.layered import LayeredMap
 from slayer_lsp.search import lexicon_entries, memory_entries, rendered, scope
 from slayer_lsp.search.fulltext import FullTextIndex, FullTextView, IndexState
 from slayer_lsp.search.graph import GraphIndex
@@ -102,7 +103,9 @@ class SearchIndexes:
     generation from a delta without changing this one; the tantivy writers behind the views
     belong to the refresh, which alone calls ``apply``."""
 
-    docs: dict[str, render.RenderedDoc]  # every searchable (visible) document
+    # every searchable (visible) document, shared with the generations derived from this one: an
+    # edit layers its few texts over the map instead of copying 400,000 entries (20-30 ms at 10k)
+    docs: LayeredMap[render.RenderedDoc]
     fulltext: FullTextView
     graph_enabled: bool = True
     _graph: GraphIndex | None = None
@@ -146,16 +149,20 @@ class SearchIndexes:
                 fulltext = _persistent_index(cache, rendering)
             if fulltext is not None:
                 _save_manifest(cache, fulltext, background=True)
-        docs = rendering.finish().docs
+        texts = rendering.finish().docs
         if cache is not None and fulltext is not None and reuse_texts and fulltext.path is not None:
             at = (str(fulltext.path), fulltext.opstamp)
             if rendering.fresh or rendering.indexed_at != at:  # written beside the start, not in its way
                 digest_of = fulltext.digests.getter()  # of this commit: later ones leave it as it is
                 cache.write_in_background(
-                    rendered.FILE, lambda: rendered.cache_file(catalog, docs, digest_of, at)
+                    rendered.FILE, lambda: rendered.cache_file(catalog, texts, digest_of, at)
                 )
         return cls(
-            docs, (fulltext or FullTextIndex(docs.values())).view(), graph, cache=cache, reuse=reuse_texts
+            LayeredMap(texts),
+            (fulltext or FullTextIndex(texts.values())).view(),
+            graph,
+            cache=cache,
+            reuse=reuse_texts,
         )
 
     @property
@@ -177,18 +184,19 @@ class SearchIndexes:
         for cid in delta.touched:  # a datasource document lists its models
             if is_model_id(cid):
                 touched.add(datasource_of(cid))
-        docs = dict(self.docs)
+        changing = self.docs.mutate()
         upserts: list[render.RenderedDoc] = []
         removals: list[str] = []
         for cid in sorted(touched):
             doc = render.render_entity(catalog, cid) if _is_visible(catalog, cid) else None
             if doc is None:
-                if docs.pop(cid, None) is not None:
+                if changing.pop(cid, None) is not None:
                     removals.append(cid)
-            elif docs.get(cid) != doc:
-                docs[cid] = doc
+            elif changing.get(cid) != doc:
+                changing[cid] = doc
                 upserts.append(doc)
-        fulltext = _derived(self.fulltext, docs.values(), removals, upserts)
+        docs = changing.finish()
+        fulltext = _derived(self.fulltext, in_corpus_order(catalog, docs), removals, upserts)
         seed: dict[Any, Any] = {}
         for key, view in self._lazy.items():
             if not _is_text_key(key) or key[1] not in catalog.datasources:
@@ -271,6 +279,7 @@ class SearchIndexes:
         ``ram_live`` the live index is kept in memory, so edits commit without an fsync, and the
         on-disk cache gets a separate snapshot that the next start reopens and brings up to date."""
         docs = self.docs
+        corpus = list(in_corpus_order(catalog, docs))  # the order a fresh start indexes them in
         seed: dict[Any, Any] = {}
         small = self._small
         for ds, view in self.by_datasource.items():
@@ -282,13 +291,13 @@ class SearchIndexes:
                 ds_docs = self._docs_by_datasource(catalog).get(ds, ())
                 seed[("fulltext", ds)] = _datasource_index(self.cache, ds, ds_docs, reopen=False).view()
         cache = self.cache
-        snapshot = _persistent_index(cache, docs.values()) if cache is not None else None
+        snapshot = _persistent_index(cache, corpus) if cache is not None else None
         if cache is not None and snapshot is not None:
             _save_manifest(cache, snapshot)
         if self.ram_live or snapshot is None:
             if snapshot is not None:
                 snapshot.close()  # releases its writer lock; the directory stays as the cache
-            live = FullTextIndex(docs.values())
+            live = FullTextIndex(corpus)
         else:
             live = snapshot
         pieces: MemoryPieceIndex | None = self._lazy.peek("pieces", wait=True)
@@ -379,8 +388,8 @@ class SearchIndexes:
 
         def group() -> dict[str, list[render.RenderedDoc]]:
             out: dict[str, list[render.RenderedDoc]] = {}
-            for cid, doc in self.docs.items():
-                for ds in scope.doc_scopes(catalog, cid):
+            for doc in in_corpus_order(catalog, self.docs):
+                for ds in scope.doc_scopes(catalog, doc.canonical):
                     out.setdefault(ds, []).append(doc)
             return out
 
@@ -547,6 +556,17 @@ def _feed_dense(worker: Any, catalog: Catalog, touched: set[str], delta: Delta) 
 def _is_text_key(key: Any) -> bool:
     """Whether a ``_Lazy`` key names a datasource's full-text view (``("fulltext", ds)``)."""
     return isinstance(key, tuple) and key[0] == "fulltext"
+
+
+def in_corpus_order(catalog: Catalog, docs: LayeredMap[render.RenderedDoc]) -> Iterator[render.RenderedDoc]:
+    """``docs`` (the texts of ``catalog``) in its corpus order, the order a fresh start indexes them
+    in: a rebuild after edits then breaks score ties as a restart would, and edits never reorder
+    the corpus (a map layered by later changes keeps no order of its own for what they added)."""
+    get = docs.getter()
+    for cid in catalog.searchable_ids():
+        doc = get(cid)
+        if doc is not None:
+            yield doc
 
 
 def _derived(
