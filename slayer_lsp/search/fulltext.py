@@ -179,7 +179,9 @@ class FullTextView:
             )
         full = tantivy.Query.boolean_query(clauses)
         searcher = self._searcher
-        hits = searcher.search(full, limit).hits
+        # count=False: nobody reads the total, and counting it scores every match, where the top
+        # ``limit`` alone may skip blocks that cannot reach it (-20% at 10,000 models)
+        hits = searcher.search(full, limit, count=False).hits
         keys = u64_values(searcher, "key", [addr for _, addr in hits])
         names = self._names
         return hits, [names[k] for k in keys]

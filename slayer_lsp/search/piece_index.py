@@ -368,7 +368,7 @@ class MemoryPieceIndex:
         limit = max(depth * 3, 32)  # a few pieces per memory; fetched deeper when that was not enough
         while True:
             searcher = self._searcher
-            hits = searcher.search(full, limit).hits
+            hits = searcher.search(full, limit, count=False).hits  # no total counted (see fulltext.py)
             addrs = [addr for _, addr in hits]
             keys = u64_values(searcher, "key", addrs)
             nos = u64_values(searcher, "piece", addrs)
@@ -394,7 +394,7 @@ class MemoryPieceIndex:
         if full is None:
             return []
         searcher = self._searcher
-        hits = searcher.search(full, depth).hits
+        hits = searcher.search(full, depth, count=False).hits
         keys = u64_values(searcher, "key", [addr for _, addr in hits])
         return [(self._names[k], float(score)) for (score, _), k in zip(hits, keys, strict=True)]
 
