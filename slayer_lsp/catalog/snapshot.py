@@ -31,10 +31,14 @@ from slayer_lsp.store.locate import StoreLocation
 from slayer_lsp.store.reader import PRIORITY_KEY, DocKey, LoadIssue, Source, StoredDoc, StoreRead
 
 _T = TypeVar("_T")
+_K = TypeVar("_K")
 
 ENTITY_KINDS = ("datasource", "model", "column", "measure", "aggregation", "memory")
 _CANONICAL = attrgetter("canonical")
 _HIDDEN = attrgetter("hidden")
+# the documents of the read a snapshot was derived from (or last found unchanged by), kept with its
+# lazily derived lookups: what a later read names as the one it follows
+_READ_DOCS = "read docs"
 
 
 class Entity(msgspec.Struct, frozen=True, gc=False):
@@ -153,24 +157,19 @@ class Catalog:
         if read.unchanged and self.fatal is None:
             return self, Delta()
         old_docs, new_docs = self.docs, read.docs
-        get = old_docs.get
-        changed_keys = [  # a reader hands back an unchanged document as the same object
-            k
-            for k, doc in new_docs.items()
-            if (old := get(k)) is not doc and (old is None or old.digest != doc.digest)
-        ]
-        removed_keys = [k for k in old_docs if k not in new_docs]
+        changed_keys, removed_keys = self._changed_keys(read)
         load_issues = tuple(read.issues)
         if not changed_keys and not removed_keys:
             if load_issues == self.load_issues and self.fatal is None:
+                self._extra[_READ_DOCS] = read.docs  # the next read may say what changed since this one
                 return self, Delta()
             return self._replace(load_issues=load_issues, fatal=None, generation=self.generation + 1), Delta()
 
-        docs = dict(old_docs)  # one entry per file or row: small beside the entities
+        docs = _copied(old_docs)  # one entry per file or row: small beside the entities
         base = self.entities if isinstance(self.entities, LayeredMap) else LayeredMap(dict(self.entities))
         # a first build fills a plain dict (C lookups), which becomes the new map's base as it is
         entities: dict[str, Entity] | LayeredMutation[Entity] = {} if not base else base.mutate()
-        children = dict(self.children_of)
+        children = _copied(self.children_of)
         # which datasources hold a model of each name: changed only when a model comes or goes (an
         # edited model keeps its key, and so its name and datasource)
         models_come_or_go = any(k.kind == "model" for k in removed_keys) or any(
@@ -228,7 +227,7 @@ class Catalog:
             datasources_touched |= key.kind == "datasource"
 
         memory_order = self.memory_order
-        extra: dict[str, object] = {}
+        extra: dict[str, object] = {_READ_DOCS: new_docs}
         if memories_touched:
             names = {k.name for k in removed_keys + changed_keys if k.kind == "memory"}
             backend = self.location.backend
@@ -274,6 +273,38 @@ class Catalog:
             extra,
         )
         return snap, delta
+
+    def _changed_keys(self, read: StoreRead) -> tuple[list[DocKey], list[DocKey]]:
+        """The keys whose document ``read`` changed or added (in its order), and those it removed
+        (in this snapshot's order). Only the keys the read says it touched are compared when it
+        follows the very read this snapshot was derived from: an edit costs what it changed, not
+        a pass over the store's 30,000 documents (40 ms at 10,000 models)."""
+        old_docs, new_docs = self.docs, read.docs
+        get = old_docs.get
+        hint = read.touched if read.since is not None and read.since is self._extra.get(_READ_DOCS) else None
+        if hint is None:
+            changed = [  # a reader hands back an unchanged document as the same object
+                k
+                for k, doc in new_docs.items()
+                if (old := get(k)) is not doc and (old is None or old.digest != doc.digest)
+            ]
+            return changed, [k for k in old_docs if k not in new_docs]
+        changed = [
+            k
+            for k in hint
+            if (doc := new_docs.get(k)) is not None
+            and (old := get(k)) is not doc
+            and (old is None or old.digest != doc.digest)
+        ]
+        removed = [k for k in hint if k not in new_docs and k in old_docs]
+        # the orders a full comparison gives (they decide where documents sit in the next snapshot)
+        if len(changed) > 1:
+            wanted = set(changed)
+            changed = [k for k in new_docs if k in wanted]
+        if len(removed) > 1:
+            wanted = set(removed)
+            removed = [k for k in old_docs if k in wanted]
+        return changed, removed
 
     @staticmethod
     def _unlink(
@@ -506,6 +537,14 @@ class Catalog:
         if name not in cache:
             cache[name] = build()
         return cache[name]
+
+
+def _copied(mapping: Mapping[_K, _T]) -> dict[_K, _T]:
+    """A dict copy of a snapshot's map: through the dict's own copy (C) when the map is a read-only
+    view of one; ``dict()`` of a view steps key by key (30,000 documents: 10 ms an edit)."""
+    if isinstance(mapping, (dict, MappingProxyType)):
+        return mapping.copy()
+    return dict(mapping)
 
 
 def entity_differs(a: Entity, b: Entity) -> bool:

@@ -97,6 +97,11 @@ class StoreRead:
     issues: list[LoadIssue] = field(default_factory=list)  # documents that did not load at all
     fatal: str | None = None  # the store as a whole could not be read (missing, locked, corrupt)
     unchanged: bool = False  # the store is known not to have changed since the previous read
+    # what changed since the read before: ``docs`` holds the same documents as ``since`` (the docs of
+    # that read, the very object) except under the keys of ``touched``. A snapshot derived from that
+    # read then compares only those, not every document of the store (None: compare them all)
+    since: dict[DocKey, StoredDoc] | None = None
+    touched: frozenset[DocKey] = frozenset()
 
 
 # --------------------------------------------------------------------------- decoding
@@ -317,11 +322,13 @@ class YamlReader:
             return None
         docs = dict(last.docs)
         won = dict(self._won) if added or removed else self._won
+        touched: set[DocKey] = set()
         for path in removed:
             key = won.pop(path, None)
             if key is None or path in self._retained:
                 return None
             del docs[key]
+            touched.add(key)
         new: list[tuple[str, StoredDoc]] = []
         for path in paths:
             parse = listed.get(path)
@@ -341,6 +348,7 @@ class YamlReader:
                 return None
             else:
                 docs[key] = doc
+                touched.add(key)
         if new:  # keys and values apart, joined by one dict(zip()): 30,000 pairs as tuples cost 30 ms
             keys, values = list(docs), list(docs.values())
             for path, doc in new:
@@ -348,6 +356,7 @@ class YamlReader:
                 keys.insert(at, doc.key)
                 values.insert(at, doc)
                 won[path] = doc.key
+                touched.add(doc.key)
             docs = dict(zip(keys, values, strict=True))
         if added or removed:
             fresh = set(added)
@@ -358,7 +367,7 @@ class YamlReader:
             for path in removed:
                 self._cache.pop(path, None)
             self._won = won
-        out = StoreRead(self.location, docs, list(last.issues))
+        out = StoreRead(self.location, docs, list(last.issues), since=last.docs, touched=frozenset(touched))
         self._last = out
         return out
 
@@ -722,8 +731,9 @@ class SqliteReader:
             out.fatal = f"cannot read SQLite store {path}: {exc}"
             return out
         self._counter = found.counter
+        touched: set[DocKey] = set()
         for name, table in found.tables.items():
-            self._apply(name, table)
+            touched |= self._apply(name, table)
         self._seed = {}  # what it did not serve is gone from the store
         for name in [n for n in self._rows if n not in found.tables]:
             del self._rows[name]  # the settings table was dropped
@@ -737,6 +747,8 @@ class SqliteReader:
                     )
                 else:
                     out.docs[doc.key] = doc
+        if last is not None:
+            out.since, out.touched = last.docs, frozenset(touched)
         self._last = out
         return out
 
@@ -770,20 +782,31 @@ class SqliteReader:
         self._rows.clear()
         self._last = None
 
-    def _apply(self, name: str, found: sqlite_rows.TableRows) -> None:
-        """Bring one table's decoded rows up to what the mirror found."""
+    def _apply(self, name: str, found: sqlite_rows.TableRows) -> set[DocKey]:
+        """Bring one table's decoded rows up to what the mirror found; returns the keys of the
+        documents those rows held before and hold now (a table read whole: all of them)."""
         if found.whole:
-            self._rows[name] = {row.parts: self._decode(row) for row in found.rows}
-            return
+            old = self._rows.get(name, {})
+            self._rows[name] = new = {row.parts: self._decode(row) for row in found.rows}
+            return {doc.key for doc, _ in (*old.values(), *new.values()) if doc is not None}
+        touched: set[DocKey] = set()
         rows = self._rows.setdefault(name, {})
         for parts in found.removed:
-            rows.pop(parts, None)
+            doc, _ = rows.pop(parts, (None, ()))
+            if doc is not None:
+                touched.add(doc.key)
         added = False
         for row in found.rows:
-            added = added or row.parts not in rows
-            rows[row.parts] = self._decode(row)
+            before = rows.get(row.parts)
+            added = added or before is None
+            if before is not None and before[0] is not None:
+                touched.add(before[0].key)
+            rows[row.parts] = decoded = self._decode(row)
+            if decoded[0] is not None:
+                touched.add(decoded[0].key)
         if added:  # keep SQLite's key order (code points order as UTF-8 bytes do)
             self._rows[name] = dict(sorted(rows.items()))
+        return touched
 
     def _decode(self, row: sqlite_rows.Row) -> _Decoded:
         """One row on its own: whatever it holds, it is a document or a load issue naming the row."""
