@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,12 @@ def sqlite_catalog():
     from slayer_lsp.catalog import load_catalog
 
     return load_catalog(SQLITE_STORE)
+
+
+def execute_sql(db: Path, *statements: tuple[str, tuple]) -> None:
+    """Run ``statements`` (SQL, arguments) against ``db`` in one transaction, as a writer would."""
+    conn = sqlite3.connect(db)
+    with conn:
+        for sql, args in statements:
+            conn.execute(sql, args)
+    conn.close()

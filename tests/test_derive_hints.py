@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from slayer_lsp.catalog import Catalog
-from slayer_lsp.store.reader import StoreReader
+from slayer_lsp.store.reader import StoreRead, StoreReader
 from tests.conftest import SQLITE_STORE, YAML_STORE
+from tests.conftest import execute_sql as _sql
 
 MEMORY = """---
 created_at: '2026-12-01T10:00:00.000000Z'
@@ -79,14 +80,6 @@ YAML_CASES: dict[str, Callable[[Path], list[Path]]] = {
 }
 
 
-def _sql(db: Path, *statements: tuple[str, tuple]) -> None:
-    conn = sqlite3.connect(db)
-    with conn:
-        for sql, args in statements:
-            conn.execute(sql, args)
-    conn.close()
-
-
 def _model_row(db: Path, name: str) -> tuple[str, dict]:
     conn = sqlite3.connect(db)
     ds, data = conn.execute("SELECT data_source, data FROM models WHERE name = ?", (name,)).fetchone()
@@ -133,7 +126,7 @@ SQLITE_CASES: dict[str, Callable[[Path], None]] = {
 }
 
 
-def _both_ways(catalog: Catalog, read) -> None:  # noqa: ANN001
+def _both_ways(catalog: Catalog, read: StoreRead) -> None:
     hinted, hinted_delta = catalog.derive(read)
     full, full_delta = catalog.derive(dataclasses.replace(read, since=None, touched=frozenset()))
     assert list(hinted.docs) == list(full.docs)  # the order too: where each document sits
@@ -147,28 +140,33 @@ def _both_ways(catalog: Catalog, read) -> None:  # noqa: ANN001
     assert hinted_delta == full_delta
 
 
-@pytest.mark.parametrize("case", list(YAML_CASES))
-def test_a_hinted_yaml_read_derives_the_snapshot_a_full_comparison_does(tmp_path, case):
+def _yaml_read(tmp_path: Path, case: str) -> tuple[Catalog, StoreRead]:
     root = tmp_path / "store"
     shutil.copytree(YAML_STORE, root)
     reader = StoreReader(root)
     catalog = Catalog.from_read(reader.read())
     changed = YAML_CASES[case](root)
-    read = reader.read(changed=[str(p) for p in changed])
-    assert read.since is not None  # the reader took the edited-paths way and says what it touched
-    _both_ways(catalog, read)
+    return catalog, reader.read(changed=[str(p) for p in changed])
 
 
-@pytest.mark.parametrize("case", list(SQLITE_CASES))
-def test_a_hinted_sqlite_read_derives_the_snapshot_a_full_comparison_does(tmp_path, case):
+def _sqlite_read(tmp_path: Path, case: str) -> tuple[Catalog, StoreRead]:
     db = tmp_path / "store.db"
     shutil.copy(SQLITE_STORE, db)
     reader = StoreReader(db)
     catalog = Catalog.from_read(reader.read())
     SQLITE_CASES[case](db)
-    read = reader.read()
-    assert read.since is not None and read.touched
-    _both_ways(catalog, read)
+    return catalog, reader.read()
+
+
+@pytest.mark.parametrize(
+    ("read", "case"),
+    [(_yaml_read, c) for c in YAML_CASES] + [(_sqlite_read, c) for c in SQLITE_CASES],
+    ids=[f"yaml: {c}" for c in YAML_CASES] + [f"sqlite: {c}" for c in SQLITE_CASES],
+)
+def test_a_hinted_read_derives_the_snapshot_a_full_comparison_does(tmp_path, read, case):
+    catalog, after = read(tmp_path, case)
+    assert after.since is not None  # the reader says what it touched (the edited-paths way for YAML)
+    _both_ways(catalog, after)
 
 
 def test_a_hint_is_used_only_after_the_read_it_names(tmp_path):

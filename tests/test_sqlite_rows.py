@@ -19,17 +19,10 @@ import pytest
 from slayer_lsp.store import sqlite_rows
 from slayer_lsp.store.locate import StoreLocation
 from slayer_lsp.store.reader import SqliteReader, StoreRead
+from tests.conftest import execute_sql as _sql
 
 REPO = Path(__file__).resolve().parents[1]
 SHOP = REPO / "examples" / "shop" / "store.db"
-
-
-def _sql(db: Path, *statements: tuple[str, tuple]) -> None:
-    conn = sqlite3.connect(db)
-    with conn:
-        for sql, args in statements:
-            conn.execute(sql, args)
-    conn.close()
 
 
 def _first(db: Path, table: str, column: str = "data") -> tuple[str, str]:
