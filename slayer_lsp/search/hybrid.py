@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -69,6 +69,7 @@ from slayer_lsp.search.memory_ranking import MemoryMatch, rank_memories
 from slayer_lsp.search.recency import recency_factor
 from slayer_lsp.search.request import Request
 from slayer_lsp.search.types import MAX_RELATED_HOPS, SearchError, SearchHit
+from slayer_lsp.store.documents import Memory
 from slayer_lsp.texts.parts import PIECE_KIND, owner_of, part_of
 
 CANDIDATES = 200  # per channel: deeper ranks carry too little evidence to reach the answer
@@ -157,20 +158,22 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
 
     final: dict[str, float] = {}
     tables, dss = sc.table, sc.datasource
+    places = _PLACES
     for cid, own in sc.own.items():
-        model, ds = _model_and_datasource(cid)
+        _, _, model, ds = places.get(cid) or _place(cid)
         table = tables.get(model, 0.0) if model is not None else 0.0
         final[cid] = own + W_TABLE * table + W_DATASOURCE * dss.get(ds, 0.0)
     memory_final: dict[str, float] = {}
     best_own = max(mem_own.values(), default=0.0)
     routed = (max(sc.table.values(), default=0.0), max(sc.datasource.values(), default=0.0))
+    memories = catalog.memories
     for m in matches:  # best first: a memory reached by a link alone follows the one it was reached from
         if m.channels == ("link",) and m.via:
             memory_final[m.memory_id] = LINK_DECAY * memory_final.get(memory_id_of(m.via), 0.0)
         else:
             share = mem_own[m.memory_id] / best_own if best_own > 0 else 0.0
             memory_final[m.memory_id] = mem_own[m.memory_id] + _memory_routing(
-                catalog, m.memory_id, sc, share, routed
+                memories, m.memory_id, sc, share, routed
             )
     if matches and matches[0].named:  # the best memory of a named record leads the memories
         memory_final[matches[0].memory_id] = max(memory_final.values()) + LEAD_MARGIN
@@ -452,13 +455,23 @@ def _question_evidence(
     lexicon = indexes.lexicon_for(catalog)
     q_stems = name_stems.stems(question)
     by_name = lexicon.name_scores(q_stems)
-    named = [(cid, s, _placement(cid)) for cid, s in by_name.items()]
-    # a leaf has a parent and is no model; a model's parent is its datasource
-    leaf_best = max((s for _, s, (up, model) in named if up is not None and not model), default=0.0) or 1.0
-    model_best = max((s for _, s, (_, model) in named if model), default=0.0) or 1.0
-    for cid, s, (_, is_model) in named:
+    # each channel's best: a leaf has a parent and is no model; a model's parent is its datasource
+    leaf_best: float | None = None
+    model_best: float | None = None
+    named: list[tuple[str, float, bool]] = []
+    places = _PLACES
+    for cid, s in by_name.items():
+        up, is_model, _, _ = places.get(cid) or _place(cid)
+        named.append((cid, s, is_model))
+        if is_model:
+            if model_best is None or s > model_best:
+                model_best = s
+        elif up is not None and (leaf_best is None or s > leaf_best):
+            leaf_best = s
+    per_model, per_leaf = W_TABLE_NAME / (model_best or 1.0), W_NAME / (leaf_best or 1.0)
+    for cid, s, is_model in named:
         if entity_ok(cid):
-            own[cid] += (W_TABLE_NAME / model_best if is_model else W_NAME / leaf_best) * s
+            own[cid] += (per_model if is_model else per_leaf) * s
     for cid in sorted(lexicon.value_matches(question)):
         if entity_ok(cid):
             own[cid] += W_VALUE
@@ -502,8 +515,9 @@ def _route(sc: _Scores, changed: set[str] | None = None) -> None:
     again (own scores only rise, so a datasource keeps the best of its old and new tables)."""
     members: dict[str, list[str]] = {} if changed is None else sc.leaves
     todo: set[str] = set()
+    places = _PLACES
     for cid in sc.own if changed is None else changed:
-        parent, is_model = _placement(cid)
+        parent, is_model, _, _ = places.get(cid) or _place(cid)
         if parent is None:
             continue  # a datasource
         if is_model:
@@ -517,33 +531,51 @@ def _route(sc: _Scores, changed: set[str] | None = None) -> None:
             group.append(cid)
     sc.leaves = members
     own, table_scores, datasources = sc.own, sc.table, sc.datasource
-    no_leaves: list[str] = []
     for table in todo:
-        scored = [own[c] for c in members.get(table, no_leaves)]
-        if len(scored) > min(TABLE_LEAVES, 2):  # two floats add up the same either way round
-            scored = sorted(scored, reverse=True)[:TABLE_LEAVES]
-        score = sum(scored) / TABLE_LEAVES + 0.5 * own.get(table, 0.0)
+        leaves = members.get(table)
+        n = 0 if leaves is None else len(leaves)
+        # the best TABLE_LEAVES own scores summed (one or two floats add up the same either way round)
+        if n == 0 or leaves is None:
+            best: float = 0.0
+        elif n == 1:
+            best = own[leaves[0]]
+        elif n == 2 and TABLE_LEAVES >= 2:
+            best = own[leaves[0]] + own[leaves[1]]
+        else:
+            best = sum(sorted([own[c] for c in leaves], reverse=True)[:TABLE_LEAVES])
+        score = best / TABLE_LEAVES + 0.5 * own.get(table, 0.0)
         table_scores[table] = score
-        ds = datasource_of(table)
+        ds = (places.get(table) or _place(table))[3]
         if score > datasources[ds]:
             datasources[ds] = score
 
 
-@lru_cache(maxsize=1 << 16)
-def _placement(cid: str) -> tuple[str | None, bool]:
-    """An id's parent, and whether it is a model's (a table of its own)."""
-    return parent_of(cid), is_model_id(cid)
+_Place = tuple[str | None, bool, str | None, str]  # parent, is a model, model (or None), datasource
+_PLACES: dict[str, _Place] = {}  # read directly by the hot loops: a dict lookup, no call
+PLACES_KEPT = 1 << 17  # ids remembered before the cache starts over (a few MiB)
+
+
+def _place(cid: str) -> _Place:
+    """Where an id sits: its parent, whether it is a model (a table of its own), its model (None for
+    a datasource) and its datasource. Id arithmetic done once per id and kept: the ranking asks it
+    of every scored id several times a search."""
+    place = _PLACES.get(cid)
+    if place is None:
+        if len(_PLACES) >= PLACES_KEPT:
+            _PLACES.clear()
+        place = _PLACES[cid] = (parent_of(cid), is_model_id(cid), model_of(cid), datasource_of(cid))
+    return place
 
 
 def _memory_routing(
-    catalog: Catalog, mid: str, sc: _Scores, share: float, routed: tuple[float, float]
+    memories: Mapping[str, Memory], mid: str, sc: _Scores, share: float, routed: tuple[float, float]
 ) -> float:
     """A memory is routed like what it is about: its best tagged table and datasource. A tag of a
     datasource is about all of its tables (its best one counts), and a memory tagged with no entity
     is general knowledge that applies wherever the question is routed — in proportion to ``share``,
     how it matches the question against the best memory (nothing ties it to the tables there).
     ``routed``: the best table's and the best datasource's scores of the question."""
-    mem = catalog.memories.get(mid)
+    mem = memories.get(mid)
     if mem is None:
         return 0.0
     places = _tag_places(tuple(mem.entities))
@@ -559,12 +591,6 @@ def _memory_routing(
     return W_TABLE * table + W_DATASOURCE * ds
 
 
-@lru_cache(maxsize=1 << 16)
-def _model_and_datasource(cid: str) -> tuple[str | None, str]:
-    """An id's model (None for a datasource) and datasource, in one cached call."""
-    return model_of(cid), datasource_of(cid)
-
-
 @lru_cache(maxsize=1 << 14)
 def _tag_places(tags: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
     """(datasource, model or None) of each entity tag of a memory (memory links are not places)."""
@@ -574,7 +600,7 @@ def _tag_places(tags: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
 def _complete_joins(
     catalog: Catalog, indexes: SearchIndexes, sc: _Scores, final: dict[str, float], allowed: _Allowed
 ) -> None:
-    leaves = _best_leaves(catalog, final, JOIN_AFTER)
+    leaves = _best_leaves(catalog, final, sc.own, JOIN_AFTER)
     if not leaves:
         return
     best_ds = datasource_of(leaves[0])
@@ -598,12 +624,13 @@ def _complete_joins(
         final[key] = max(final.get(key, 0.0), anchor - 1e-6 * i)
 
 
-def _best_leaves(catalog: Catalog, final: dict[str, float], k: int) -> list[str]:
-    """The ``k`` best-scored leaves of ``final`` (by score, then id, both descending): the best few
-    ids first, most of which are leaves, and every id sorted only when those held too few."""
+def _best_leaves(catalog: Catalog, final: dict[str, float], ids: Iterable[str], k: int) -> list[str]:
+    """The ``k`` best-scored leaves among ``ids`` (the entities of ``final``, its memories left out:
+    they are never leaves) by score, then id, both descending: the best few ids first, most of which
+    are leaves, and every id sorted only when those held too few."""
     entities = catalog.entities
     out: list[str] = []
-    for _, c in _in_order([(score, c) for c, score in final.items()], 4 * k, largest=True):
+    for _, c in _in_order([(final[c], c) for c in ids], 4 * k, largest=True):
         ent = entities.get(c)
         if ent is not None and ent.kind in LEAF_KINDS and is_leaf_id(c):
             out.append(c)
