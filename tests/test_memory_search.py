@@ -434,6 +434,36 @@ def test_ranking_is_restricted_before_it_is_cut(store):
     assert _ids(matches) == ["weak"]
 
 
+def test_searches_begun_early_answer_as_the_plain_ones_do(store):
+    # many matching pieces per memory, so that a small depth must fetch deeper than the search begun
+    for i in range(6):
+        sentences = " ".join(f"Refund rule {k} of desk {i} about the order total." for k in range(12))
+        _write(store, f"m{i}", sentences, entities=["jaffle.orders.order_total"] if i % 2 else ())
+    cat = load_catalog(store)
+    index = MemoryPieceIndex.build(cat)
+    some = frozenset({"m1", "m2", "m5"})
+    for question in ("refund desk", "order total", "nothing here matches", "?"):
+        for allow in (None, some, frozenset()):
+            for depth in (2, 4, 50):
+                plain = (
+                    index.rank(question, allow=allow, depth=depth),
+                    index.rank_about(question, allow=allow, depth=depth),
+                )
+                started = index.start(question, allow=allow, depth=depth)
+                early = (
+                    index.rank(question, allow=allow, depth=depth, started=started),
+                    index.rank_about(question, allow=allow, depth=depth, started=started),
+                )
+                assert early == plain, (question, allow, depth)
+    # begun for other arguments: ignored, never mixed in
+    other = index.start("order total", allow=frozenset(some), depth=4)
+    assert index.rank("refund desk", depth=4, started=other) == index.rank("refund desk", depth=4)
+    assert index.rank("order total", allow=some, depth=4, started=other) == index.rank(
+        "order total", allow=some, depth=4
+    )
+    assert index.rank_about("order total", depth=2, started=other) == index.rank_about("order total", depth=2)
+
+
 def test_index_follows_catalog_deltas(store):
     _write(store, "1", "Chargebacks go to the finance team.")
     reader = StoreReader(store)

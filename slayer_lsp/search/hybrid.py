@@ -66,8 +66,10 @@ from slayer_lsp.search.hits import memory_hit, named_ranking, search_hit
 from slayer_lsp.search.indexes import SearchIndexes
 from slayer_lsp.search.lexicon import LEAF_KINDS
 from slayer_lsp.search.memory_ranking import MemoryMatch, rank_memories
+from slayer_lsp.search.piece_index import MemoryPieceIndex, Started
 from slayer_lsp.search.recency import recency_factor
 from slayer_lsp.search.request import Request
+from slayer_lsp.search.tag_bm25 import TagCorpus
 from slayer_lsp.search.types import MAX_RELATED_HOPS, SearchError, SearchHit
 from slayer_lsp.store.documents import Memory
 from slayer_lsp.texts.parts import PIECE_KIND, owner_of, part_of
@@ -145,11 +147,12 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     allowed = _Allowed(catalog, indexes, req)
     sc = _Scores()
     evidence = _MemoryEvidence()
+    memory_side = _start_memories(catalog, indexes, req, allowed)  # its searches run meanwhile
     if req.has_question:
         _question_evidence(catalog, indexes, req, allowed, sc, evidence)
     if req.has_question and allowed.memories_on:
         evidence.pieces = _dense_pieces(indexes, req, allowed)
-    matches = _memories(catalog, indexes, req, allowed, evidence)
+    matches = _memories(catalog, req, evidence, memory_side)
     mem_own = _memory_own(catalog, indexes, req, matches, evidence)
     _route(sc)
     lent = _memory_evidence(catalog, mem_own, sc, allowed)
@@ -251,29 +254,59 @@ def _facet_ranking(catalog: Catalog, indexes: SearchIndexes, req: Request, facet
     return _hits(catalog, indexes, req, ranking.ranked, {})
 
 
+@dataclass
+class _MemorySide:
+    """What the memory side searches: the piece index, the memories it may rank (None: all) and
+    its full-text searches, begun before the entities are scored."""
+
+    pieces: MemoryPieceIndex
+    allowed: frozenset[str] | None
+    tag_corpus: TagCorpus | None  # the tags channel's, when inputs are named and no cypher filter
+    started: Started | None
+
+
+def _start_memories(
+    catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed
+) -> _MemorySide | None:
+    """The memory side's index and scope, its piece and tag-word searches begun on a helper thread
+    (None: no memory may be ranked)."""
+    if not allowed.memories_on or not allowed.memory_ids:
+        return None
+    pieces = indexes.pieces_for(catalog)
+    scope = None if req.datasource is None and req.candidate_ids is None else allowed.memory_ids
+    question = req.question if req.has_question else None
+    started = (
+        pieces.start(question, allow=scope, depth=MEMORY_CANDIDATES)
+        if question and question.strip()
+        else None
+    )
+    corpus = indexes.tag_corpus(catalog, req.datasource) if req.candidate_ids is None and req.inputs else None
+    return _MemorySide(pieces, scope, corpus, started)
+
+
 def _memories(
-    catalog: Catalog, indexes: SearchIndexes, req: Request, allowed: _Allowed, evidence: _MemoryEvidence
+    catalog: Catalog, req: Request, evidence: _MemoryEvidence, side: _MemorySide | None
 ) -> list[MemoryMatch]:
     """The memory side's candidates (``search/memory_ranking.py``): pieces, exact tokens, keyword, tags,
     links — one match per memory, with the channels that found it and the named-record lead."""
-    if not allowed.memories_on or not allowed.memory_ids:
+    if side is None:
         return []
-    corpus = indexes.tag_corpus(catalog, req.datasource) if req.candidate_ids is None and req.inputs else None
     dense = [*evidence.pieces, *((mid, -1, cos) for mid, cos in evidence.cosine.items())]
     return rank_memories(
         catalog,
-        indexes.pieces_for(catalog),
+        side.pieces,
         question=req.question if req.has_question else None,
         named=req.inputs,
-        allowed=None if req.datasource is None and req.candidate_ids is None else allowed.memory_ids,
+        allowed=side.allowed,
         # the nearest pieces, and the whole memories' vectors (for what is not cut into vectors yet)
         dense=dense or None,
         keyword=req.params.keyword,
         related=min(req.params.related, MAX_RELATED_HOPS),
-        tag_corpus=corpus,
+        tag_corpus=side.tag_corpus,
         depth=max(MEMORY_CANDIDATES, 2 * req.max_results),
         now=req.now,
         channel_depth=MEMORY_CANDIDATES,
+        started=side.started,
     )
 
 

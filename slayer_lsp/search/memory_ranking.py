@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of, memory_ref
 from slayer_lsp.search.exact_tokens import ExactToken, extract_tokens, shape_of
-from slayer_lsp.search.piece_index import MemoryPieceIndex
+from slayer_lsp.search.piece_index import MemoryPieceIndex, Started
 from slayer_lsp.search.recency import recency_factor, today
 from slayer_lsp.search.tag_bm25 import TagCorpus
 
@@ -204,6 +204,7 @@ def rank_memories(
     tag_corpus: TagCorpus | None = None,
     depth: int | None = None,
     channel_depth: int = CHANNEL_DEPTH,
+    started: Started | None = None,
 ) -> list[MemoryMatch]:
     """Rank the memories of one search, one match per memory, best first (see the module doc).
 
@@ -213,7 +214,8 @@ def rank_memories(
     ``dense``: (memory id, piece number, cosine) of the caller's piece-vector search, if any.
     ``tag_corpus``: channel 1's corpus for this scope (built from ``allowed`` when not given).
     ``depth``: at most this many matches (None: all); ``channel_depth``: how many memories each
-    full-text ranking (pieces, tag words) holds."""
+    full-text ranking (pieces, tag words) holds; ``started``: those two rankings' searches, begun
+    ahead by the caller (``MemoryPieceIndex.start``)."""
     allow = frozenset(allowed) if allowed is not None else None
     memories = catalog.memories
 
@@ -233,7 +235,7 @@ def rank_memories(
         channels.append(_Channel("tags", _shared_ranks(ranked, 0.0)))
     text_scores: dict[str, float] = {}
     if question is not None:
-        hits = index.rank(question, allow=allow, depth=channel_depth)
+        hits = index.rank(question, allow=allow, depth=channel_depth, started=started)
         text_scores = {h.memory_id: h.score for h in hits}
         text = _Channel(
             "text",
@@ -241,7 +243,7 @@ def rank_memories(
             {h.memory_id: h.piece_no for h in hits},
         )
         channels.append(text)
-        about = index.rank_about(question, allow=allow, depth=channel_depth)
+        about = index.rank_about(question, allow=allow, depth=channel_depth, started=started)
         channels.append(_Channel("about", _shared_ranks(about, TIE_TOLERANCE)))
         tokens = extract_tokens(question)
         if tokens:

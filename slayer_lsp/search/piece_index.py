@@ -14,6 +14,7 @@ import logging
 import re
 import threading
 from collections.abc import Collection, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -49,6 +50,45 @@ ever very too please tell show give let lets s t d ll re ve m
 """.split()
 )
 ANALYZER = "memory_pieces"
+
+
+# --------------------------------------------------------------------------- searches begun early
+
+_HELPERS: ThreadPoolExecutor | None = None
+_HELPERS_LOCK = threading.Lock()
+
+
+def _helper_threads() -> ThreadPoolExecutor:
+    """Two threads that run tantivy searches begun ahead of need (``MemoryPieceIndex.start``)."""
+    global _HELPERS
+    if _HELPERS is None:
+        with _HELPERS_LOCK:
+            if _HELPERS is None:
+                _HELPERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slayer-pieces")
+    return _HELPERS
+
+
+def _top_hits(
+    searcher: tantivy.Searcher, query: tantivy.Query, limit: int
+) -> list[tuple[float, tantivy.DocAddress]]:
+    # count=False: no total counted (see fulltext.py)
+    return searcher.search(query, limit, count=False).hits
+
+
+@dataclass(frozen=True)
+class Started:
+    """``rank``'s and ``rank_about``'s first searches for one question, running on a helper thread
+    (None: nothing could match). They serve exactly the arguments they were begun with."""
+
+    question: str
+    allow: Collection[str] | None
+    depth: int
+    text: Future[list[tuple[float, tantivy.DocAddress]]] | None
+    about: Future[list[tuple[float, tantivy.DocAddress]]] | None
+
+    def made_for(self, question: object, allow: Collection[str] | None, depth: int) -> bool:
+        # the very allow set (a frozenset compared by value would cost a pass over it)
+        return question == self.question and allow is self.allow and depth == self.depth
 
 
 # --------------------------------------------------------------------------- the index
@@ -355,20 +395,55 @@ class MemoryPieceIndex:
             log.debug("piece query %r did not parse", text)
             return None
 
+    def start(self, question: str, *, allow: Collection[str] | None = None, depth: int = 1000) -> Started:
+        """The first searches ``rank`` and ``rank_about`` make for these arguments, begun now on a
+        helper thread: tantivy lets go of the GIL while it searches, so they run while the caller
+        scores its entities. Hand the result to both (their answers are the same either way)."""
+        limit = max(depth * 3, 32)
+        searcher, pool = self._searcher, _helper_threads()
+        text = self._restricted(self.parse(question), allow, depth)
+        about = self._restricted(self.parse(question, "about"), allow, depth)
+        return Started(
+            question,
+            allow,
+            depth,
+            pool.submit(_top_hits, searcher, text, limit) if text is not None else None,
+            pool.submit(_top_hits, searcher, about, depth) if about is not None else None,
+        )
+
     def rank(
-        self, question: str | tantivy.Query | None, *, allow: Collection[str] | None = None, depth: int = 1000
+        self,
+        question: str | tantivy.Query | None,
+        *,
+        allow: Collection[str] | None = None,
+        depth: int = 1000,
+        started: Started | None = None,
     ) -> list[PieceHit]:
         """Memories whose pieces match ``question``, best first, each with its best piece (ties in
         tantivy's order), at most ``depth`` memories; ``allow`` restricts the ranking before it is
-        scored (a memory outside it is never looked at)."""
-        query = self.parse(question) if isinstance(question, str) else question
-        full = self._restricted(query, allow, depth)
-        if full is None:
-            return []
+        scored (a memory outside it is never looked at). ``started``: this search begun by ``start``."""
+        first = started.text if started is not None and started.made_for(question, allow, depth) else None
+        full: tantivy.Query | None = None
+        if first is None:
+            if started is not None and started.made_for(question, allow, depth):
+                return []  # begun, and nothing could match
+            full = self._restricted(
+                self.parse(question) if isinstance(question, str) else question, allow, depth
+            )
+            if full is None:
+                return []
         limit = max(depth * 3, 32)  # a few pieces per memory; fetched deeper when that was not enough
+        searcher = self._searcher
         while True:
-            searcher = self._searcher
-            hits = searcher.search(full, limit, count=False).hits  # no total counted (see fulltext.py)
+            if first is not None:
+                hits, first = first.result(), None
+            else:
+                if full is None:  # deeper than the search begun: the query itself is needed now
+                    query = self.parse(question) if isinstance(question, str) else question
+                    full = self._restricted(query, allow, depth)
+                    if full is None:
+                        return []
+                hits = _top_hits(searcher, full, limit)
             addrs = [addr for _, addr in hits]
             keys = u64_values(searcher, "key", addrs)
             nos = u64_values(searcher, "piece", addrs)
@@ -385,16 +460,26 @@ class MemoryPieceIndex:
             limit *= 4
 
     def rank_about(
-        self, question: str | None, *, allow: Collection[str] | None = None, depth: int = 1000
+        self,
+        question: str | None,
+        *,
+        allow: Collection[str] | None = None,
+        depth: int = 1000,
+        started: Started | None = None,
     ) -> list[tuple[str, float]]:
         """Memories whose tags' words match ``question`` (BM25 over the about documents), best
-        first, restricted before ranking like ``rank``."""
-        query = self.parse(question, "about") if question else None
-        full = self._restricted(query, allow, depth)
-        if full is None:
-            return []
+        first, restricted before ranking like ``rank``. ``started``: this search begun by ``start``."""
         searcher = self._searcher
-        hits = searcher.search(full, depth, count=False).hits
+        if started is not None and question is not None and started.made_for(question, allow, depth):
+            if started.about is None:
+                return []
+            hits = started.about.result()
+        else:
+            query = self.parse(question, "about") if question else None
+            full = self._restricted(query, allow, depth)
+            if full is None:
+                return []
+            hits = _top_hits(searcher, full, depth)
         keys = u64_values(searcher, "key", [addr for _, addr in hits])
         return [(self._names[k], float(score)) for (score, _), k in zip(hits, keys, strict=True)]
 
