@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 from collections.abc import Collection, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -23,6 +23,7 @@ from immutables import Map
 
 from slayer_lsp.catalog.ids import is_memory_ref, memory_id_of
 from slayer_lsp.catalog.numbering import Numbering
+from slayer_lsp.search import helper_threads
 from slayer_lsp.search.exact_tokens import LiteralIndex
 from slayer_lsp.search.fastfields import u64_values
 from slayer_lsp.search.persistent import Moves, moved, note
@@ -53,19 +54,6 @@ ANALYZER = "memory_pieces"
 
 
 # --------------------------------------------------------------------------- searches begun early
-
-_HELPERS: ThreadPoolExecutor | None = None
-_HELPERS_LOCK = threading.Lock()
-
-
-def _helper_threads() -> ThreadPoolExecutor:
-    """Two threads that run tantivy searches begun ahead of need (``MemoryPieceIndex.start``)."""
-    global _HELPERS
-    if _HELPERS is None:
-        with _HELPERS_LOCK:
-            if _HELPERS is None:
-                _HELPERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slayer-pieces")
-    return _HELPERS
 
 
 def _top_hits(
@@ -400,15 +388,15 @@ class MemoryPieceIndex:
         helper thread: tantivy lets go of the GIL while it searches, so they run while the caller
         scores its entities. Hand the result to both (their answers are the same either way)."""
         limit = max(depth * 3, 32)
-        searcher, pool = self._searcher, _helper_threads()
+        searcher = self._searcher
         text = self._restricted(self.parse(question), allow, depth)
         about = self._restricted(self.parse(question, "about"), allow, depth)
         return Started(
             question,
             allow,
             depth,
-            pool.submit(_top_hits, searcher, text, limit) if text is not None else None,
-            pool.submit(_top_hits, searcher, about, depth) if about is not None else None,
+            helper_threads.begin(_top_hits, searcher, text, limit) if text is not None else None,
+            helper_threads.begin(_top_hits, searcher, about, depth) if about is not None else None,
         )
 
     def rank(
