@@ -83,6 +83,7 @@ class VectorView:
         self._allow_rows: OrderedDict[frozenset[str], np.ndarray] = OrderedDict()
         self._reach_rows: np.ndarray | None = None
         self._live_rows: np.ndarray | None = None
+        self._kind_counts: dict[str, int] | None = None
 
     def _all_rows(self) -> np.ndarray | None:
         """Sorted positions of the live rows, or None when every row of ``[0, n)`` is live."""
@@ -147,6 +148,14 @@ class VectorView:
             self._reach_rows = moved(older._reach_rows, lambda c: _admits(reach, c))
 
     def kind_counts(self) -> dict[str, int]:
+        """Rows per kind (what this view ranks): counted once per view, since every dense search
+        asks them for its warnings (a pass over 100k part codes at 1,000 models)."""
+        counted = self._kind_counts
+        if counted is None:
+            counted = self._kind_counts = self._count_kinds()
+        return dict(counted)
+
+    def _count_kinds(self) -> dict[str, int]:
         rows = self.reachable_rows()
         if rows is None:
             rows = self._all_rows()
