@@ -72,7 +72,7 @@ from slayer_lsp.search.request import Request
 from slayer_lsp.search.tag_bm25 import TagCorpus
 from slayer_lsp.search.types import MAX_RELATED_HOPS, SearchError, SearchHit
 from slayer_lsp.store.documents import Memory
-from slayer_lsp.texts.parts import PIECE_KIND, owner_of, part_of
+from slayer_lsp.texts.parts import PART_SEP, PIECE_KIND
 
 CANDIDATES = 200  # per channel: deeper ranks carry too little evidence to reach the answer
 # memories per memory channel, and memories weighed: on bench/memory_ranking.py 100 and 50 give the
@@ -375,11 +375,15 @@ def _dense_pieces(indexes: SearchIndexes, req: Request, allowed: _Allowed) -> li
     except Exception:  # noqa: BLE001 - the dense channel already warned about its provider
         return []
     hits = parts.index.top_k(vec, DENSE_PIECES, kinds=[PIECE_KIND], model=worker.provider.name)
-    out = []
+    out: list[tuple[str, int, float]] = []
+    if not allowed.memories_on:
+        return out
+    scoped, skip = allowed.memory_ids, len(MEMORY_PREFIX)
     for pid, cos in hits.by_kind.get(PIECE_KIND, ()):
-        mid = memory_id_of(owner_of(pid))
-        if allowed.memory(mid) and part_of(pid)[1:].isdigit():
-            out.append((mid, int(part_of(pid)[1:]), cos))
+        owner, _, part = pid.rpartition(PART_SEP)  # "memory:<id>#p<n>": the owner and the part
+        mid = owner[skip:]
+        if mid in scoped and part[1:].isdigit():
+            out.append((mid, int(part[1:]), cos))
     return out
 
 
