@@ -1239,6 +1239,9 @@ def test_a_published_view_never_changes_under_later_writes():
         index.upsert(f"ds.n.c{i}", "column", rng.standard_normal(8))
     assert [old.top_k(q, 9), old.top_k(q, 9, allow=scope), old.kind_counts()] == before
     assert index.view() is not old and len(index) == 120 - 34 + 100 and old.live == 120
+    # each view counts its own rows (counted once per view): the new one has the writes
+    assert old.kind_counts() == {"column": 120}
+    assert index.kind_counts() == {"column": 120 - 34 - 66 + 100, "measure": 66}
     fresh = VectorIndex("m")
     live = index.ids()
     fresh.upsert_many(live, [index.kind_of(c) or "" for c in live], np.stack([index.vector(c) for c in live]))
