@@ -51,6 +51,8 @@ def check(lexicon: Lexicon, rng: random.Random) -> None:
         for limit in (3, 10, 200):
             got = list(lexicon.name_scores(q, limit=limit).items())
             assert got == reference(lexicon, q, limit), (q, limit)
+            # unordered: the same names and scores
+            assert lexicon.name_scores(q, limit=limit, ordered=False) == dict(got), (q, limit)
 
 
 def _edit(store: Path, step: int) -> None:

@@ -491,7 +491,7 @@ def _question_evidence(
 
     lexicon = indexes.lexicon_for(catalog)
     q_stems = name_stems.stems(question)
-    by_name = lexicon.name_scores(q_stems)
+    by_name = lexicon.name_scores(q_stems, ordered=False)  # only added up: the order never counts
     # each channel's best: a leaf has a parent and is no model; a model's parent is its datasource
     leaf_best: float | None = None
     model_best: float | None = None

@@ -161,9 +161,12 @@ class Lexicon:
 
     # ------------------------------------------------------------------ lookups
 
-    def name_scores(self, question_stems: Iterable[str], limit: int = 200) -> dict[str, float]:
+    def name_scores(
+        self, question_stems: Iterable[str], limit: int = 200, *, ordered: bool = True
+    ) -> dict[str, float]:
         """IDF-weighted overlap of the question's stems with each name, damped by name length: the
-        ``limit`` best, best first (ties: the larger id first)."""
+        ``limit`` best (ties: the larger id kept), best first unless not ``ordered`` (a caller
+        that only adds the scores up skips the sort)."""
         n = max(len(self.stems), 1)
         arrays: list[np.ndarray] = []
         weights: list[float] = []
@@ -209,7 +212,8 @@ class Lexicon:
             pairs += [(name, float(floor)) for name in kept]
         else:
             pairs = list(zip(pick(names, found.tolist()), damped.tolist(), strict=True))
-        pairs.sort(key=_score_then_id, reverse=True)
+        if ordered:
+            pairs.sort(key=_score_then_id, reverse=True)
         return dict(pairs)
 
     def value_matches(self, question: str, allow=None) -> set[str]:  # noqa: ANN001
