@@ -410,11 +410,12 @@ class MemoryPieceIndex:
         """Memories whose pieces match ``question``, best first, each with its best piece (ties in
         tantivy's order), at most ``depth`` memories; ``allow`` restricts the ranking before it is
         scored (a memory outside it is never looked at). ``started``: this search begun by ``start``."""
-        first = started.text if started is not None and started.made_for(question, allow, depth) else None
+        begun = started is not None and started.made_for(question, allow, depth)
+        first = started.text if started is not None and begun else None
+        if begun and first is None:
+            return []  # begun, and nothing could match
         full: tantivy.Query | None = None
         if first is None:
-            if started is not None and started.made_for(question, allow, depth):
-                return []  # begun, and nothing could match
             full = self._restricted(
                 self.parse(question) if isinstance(question, str) else question, allow, depth
             )
@@ -427,8 +428,9 @@ class MemoryPieceIndex:
                 hits, first = first.result(), None
             else:
                 if full is None:  # deeper than the search begun: the query itself is needed now
-                    query = self.parse(question) if isinstance(question, str) else question
-                    full = self._restricted(query, allow, depth)
+                    full = self._restricted(
+                        self.parse(question) if isinstance(question, str) else question, allow, depth
+                    )
                     if full is None:
                         return []
                 hits = _top_hits(searcher, full, limit)
