@@ -378,10 +378,10 @@ def _dense_pieces(indexes: SearchIndexes, req: Request, allowed: _Allowed) -> li
     out: list[tuple[str, int, float]] = []
     if not allowed.memories_on:
         return out
-    scoped, skip = allowed.memory_ids, len(MEMORY_PREFIX)
+    scoped = allowed.memory_ids
     for pid, cos in hits.by_kind.get(PIECE_KIND, ()):
         owner, _, part = pid.rpartition(PART_SEP)  # "memory:<id>#p<n>": the owner and the part
-        mid = owner[skip:]
+        mid = memory_id_of(owner)
         if mid in scoped and part[1:].isdigit():
             out.append((mid, int(part[1:]), cos))
     return out
@@ -570,13 +570,12 @@ def _route(sc: _Scores, changed: set[str] | None = None) -> None:
     own, table_scores, datasources = sc.own, sc.table, sc.datasource
     for table in todo:
         leaves = members.get(table)
-        n = 0 if leaves is None else len(leaves)
         # the best TABLE_LEAVES own scores summed (one or two floats add up the same either way round)
-        if n == 0 or leaves is None:
+        if not leaves:
             best: float = 0.0
-        elif n == 1:
+        elif len(leaves) == 1:
             best = own[leaves[0]]
-        elif n == 2 and TABLE_LEAVES >= 2:
+        elif len(leaves) == 2 and TABLE_LEAVES >= 2:
             best = own[leaves[0]] + own[leaves[1]]
         else:
             best = sum(sorted([own[c] for c in leaves], reverse=True)[:TABLE_LEAVES])

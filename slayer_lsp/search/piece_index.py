@@ -56,6 +56,12 @@ ANALYZER = "memory_pieces"
 # --------------------------------------------------------------------------- searches begun early
 
 
+def _first_fetch(depth: int) -> int:
+    """How many pieces ``rank`` asks for first: a few per memory, fetched deeper when that did not
+    hold ``depth`` memories."""
+    return max(depth * 3, 32)
+
+
 def _top_hits(
     searcher: tantivy.Searcher, query: tantivy.Query, limit: int
 ) -> list[tuple[float, tantivy.DocAddress]]:
@@ -387,7 +393,7 @@ class MemoryPieceIndex:
         """The first searches ``rank`` and ``rank_about`` make for these arguments, begun now on a
         helper thread: tantivy lets go of the GIL while it searches, so they run while the caller
         scores its entities. Hand the result to both (their answers are the same either way)."""
-        limit = max(depth * 3, 32)
+        limit = _first_fetch(depth)
         searcher = self._searcher
         text = self._restricted(self.parse(question), allow, depth)
         about = self._restricted(self.parse(question, "about"), allow, depth)
@@ -421,7 +427,7 @@ class MemoryPieceIndex:
             )
             if full is None:
                 return []
-        limit = max(depth * 3, 32)  # a few pieces per memory; fetched deeper when that was not enough
+        limit = _first_fetch(depth)
         searcher = self._searcher
         while True:
             if first is not None:
