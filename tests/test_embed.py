@@ -1272,3 +1272,97 @@ def test_index_top_k_of_one_kind_embedded_together_matches_brute_force(seed):
         expected = _brute(ids, layout, mat, q, 9, None, want)
         hits = index.top_k(q, 9, kinds=want)
         assert {kd: [c for c, _ in v] for kd, v in hits.by_kind.items()} == expected
+
+
+def test_arranging_lays_each_kind_together_and_ranks_as_before():
+    """A load ends with ``arrange``: the rows of each kind lie together afterwards (what a scan of
+    one kind reads), the rankings do not change, and a view published before keeps its rows."""
+    rng = np.random.default_rng(11)
+    kinds = [("memory#piece", "memory#meaning", "column#meaning")[int(x)] for x in rng.integers(0, 3, 900)]
+    ids = [f"memory:{i}#p{i % 7}" if k == "memory#piece" else f"ds.m.c{i}#{k}" for i, k in enumerate(kinds)]
+    mat = rng.standard_normal((len(ids), 12)).astype(np.float32)
+    index = VectorIndex("m")
+    for start in range(0, len(ids), 50):  # page by page, as the load reads them
+        index.upsert_many(ids[start : start + 50], kinds[start : start + 50], mat[start : start + 50])
+    index.remove(ids[3])
+    before = index.view()
+    q = rng.standard_normal(12).astype(np.float32)
+    scope = frozenset(ids[::4])
+    asked = [
+        ({"memory#piece"}, None),
+        (None, None),
+        ({"memory#meaning", "column#meaning"}, None),
+        (None, scope),
+    ]
+    expected = [before.top_k(q, 25, allow=allow, kinds=want) for want, allow in asked]
+    assert index.arrange() and not index.arrange()  # the second finds nothing to move
+    after = index.view()
+    codes = after.codes[: after.n].tolist()
+    assert after.n == len(ids) - 1  # the dead row is dropped as well
+    runs = [code for i, code in enumerate(codes) if i == 0 or codes[i - 1] != code]
+    assert len(runs) == len(set(runs)) == 3  # one run per kind
+    for (want, allow), old in zip(asked, expected, strict=True):
+        got = index.top_k(q, 25, allow=allow, kinds=want)
+        assert {k: [c for c, _ in v] for k, v in got.by_kind.items()} == {
+            k: [c for c, _ in v] for k, v in old.by_kind.items()
+        } and got.ranked == old.ranked
+    assert [before.top_k(q, 25, allow=allow, kinds=want) for want, allow in asked] == expected
+
+
+def test_ties_at_the_cut_come_back_by_id_wherever_their_rows_lie():
+    """Identical texts have identical vectors: when more rows tie for the last places than there
+    are places, the smallest ids take them, before and after the rows move."""
+    index = VectorIndex("m", 2)
+    names = [f"ds.m.c{i:02d}" for i in range(40)]
+    order = np.random.default_rng(3).permutation(len(names))
+    for i in order:  # written in a shuffled order, one kind interleaved with another
+        index.upsert(names[i], "column", np.array([1.0, 0.0]))
+        index.upsert(f"ds.m{i}", "model", np.array([0.0, 1.0]))
+    index.upsert("ds.m.best", "column", np.array([1.0, 0.01]))
+    q = np.array([1.0, 0.02], dtype=np.float32)
+    for _ in range(2):
+        for want in (None, {"column"}):
+            assert index.top_k(q, 4, kinds=want).ids("column") == ["ds.m.best", *names[:3]]
+        index.arrange()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_one_kind_in_far_apart_stretches_matches_brute_force(seed):
+    """A kind's rows in a block and again far after it (a memory edited after the load): each
+    stretch is scanned where it lies, the rows between them skipped."""
+    rng = np.random.default_rng(seed)
+    layout = (
+        ["memory#piece"] * 400 + ["column#meaning"] * 3000 + ["memory#piece"] * 30 + ["column#values"] * 1500
+    )
+    layout += ["memory#piece"] * 5
+    ids = [f"x{i}#{kind}" for i, kind in enumerate(layout)]
+    mat = rng.standard_normal((len(ids), 8)).astype(np.float32)
+    index = VectorIndex("m")
+    index.upsert_many(ids, layout, mat)
+    q = rng.standard_normal(8).astype(np.float32)
+    for want in ({"memory#piece"}, {"column#values"}, {"memory#piece", "column#values"}, None):
+        expected = _brute(ids, layout, mat, q, 12, None, want)
+        hits = index.top_k(q, 12, kinds=want)
+        assert {kd: [c for c, _ in v] for kd, v in hits.by_kind.items()} == expected
+        allow = frozenset(ids[::3])
+        assert {
+            kd: [c for c, _ in v] for kd, v in index.top_k(q, 12, allow=allow, kinds=want).by_kind.items()
+        } == (_brute(ids, layout, mat, q, 12, allow, want))
+
+
+def test_rows_loaded_from_the_table_lie_together_by_kind(yaml_store):
+    """The table holds rows in the order they were written (a memory's parts together, kinds
+    interleaved); the loaded index lays each kind's rows together."""
+    fake = FakeProvider(8)
+    table = VectorStore.for_store(yaml_store)
+    kinds = ("memory", "column", "model")
+    table.upsert(
+        fake.name,
+        [NewVector(f"ds.m.c{i}", kinds[i % 3], content_hash(str(i)), fake.vector(str(i))) for i in range(60)],
+    )
+    with make_worker(yaml_store, fake) as worker:
+        assert worker.wait_idle(30)
+        view = worker.index.view()
+        codes = view.codes[: view.n].tolist()
+        assert view.n == 60 and sum(1 for i in range(1, 60) if codes[i] != codes[i - 1]) == 2
+        assert worker.search("7", k=1, kinds=["column"]).ids("column") == ["ds.m.c7"]

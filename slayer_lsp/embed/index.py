@@ -30,6 +30,7 @@ from slayer_lsp.catalog.numbering import Numbering, pick
 _MIN_CAPACITY = 64
 _ALLOW_CACHE = 32  # allowed sets whose rows a view keeps (a scope per datasource: warehouses have 20)
 _DEAD = -1  # the kind code of a row that was replaced or removed
+_SCAN_GAP = 1024  # rows of other kinds between two stretches of wanted rows that are skipped, not scanned
 _first, _second = operator.itemgetter(0), operator.itemgetter(1)
 
 
@@ -84,6 +85,7 @@ class VectorView:
         self._reach_rows: np.ndarray | None = None
         self._live_rows: np.ndarray | None = None
         self._kind_counts: dict[str, int] | None = None
+        self._kind_rows: dict[int, np.ndarray] | None = None
 
     def _all_rows(self) -> np.ndarray | None:
         """Sorted positions of the live rows, or None when every row of ``[0, n)`` is live."""
@@ -187,7 +189,6 @@ class VectorView:
     ) -> DenseHits:
         """See ``VectorIndex.top_k``."""
         q = np.asarray(query, dtype=np.float32).ravel()
-        n = self.n
         if model is not None and model != self.model:
             return DenseHits(
                 {},
@@ -208,43 +209,106 @@ class VectorView:
         reach = self.reachable_rows()
         if reach is not None:  # a scoped session's rows, whatever ``allow`` says
             rows = reach if rows is None else np.intersect1d(rows, reach, assume_unique=True)
-        codes = self.codes[:n] if rows is None else self.codes[rows]
-        if kinds is not None:
-            wanted = [self.kind_codes[x] for x in set(kinds) if x in self.kind_codes]
+        wanted = (
+            None if kinds is None else sorted({self.kind_codes[x] for x in kinds if x in self.kind_codes})
+        )
+        if rows is None:  # every row live, nothing restricted
+            return self._top_by_kind(unit, k, wanted)
+        codes = self.codes[rows]
+        if wanted is not None:
             # one kind (the memory pieces' scan): a comparison, several times cheaper than isin
             keep = (
                 codes == wanted[0] if len(wanted) == 1 else np.isin(codes, np.asarray(wanted, dtype=np.int16))
             )
-            rows = np.nonzero(keep)[0] if rows is None else rows[keep]
-            codes = codes[keep]
-        mat = self.mat
-        if rows is None:
-            scores = mat[:n] @ unit
-        elif not len(rows):
-            scores = np.empty(0, dtype=np.float32)
-        else:
-            # rows of one kind lie mostly together (the worker embeds kind by kind): when they span
-            # at most twice their number, that span is scanned in place, else they are gathered
-            # (a copy of every row, then a second pass)
-            lo, hi = int(rows[0]), int(rows[-1]) + 1
-            if hi - lo <= 2 * len(rows):
-                scores = (mat[lo:hi] @ unit)[rows - lo]
-            else:
-                scores = mat[rows] @ unit
-        ids = self.ids
+            rows, codes = rows[keep], codes[keep]
+        scores = _scores(self.mat, rows, unit)
         by_kind: dict[str, list[tuple[str, float]]] = {}
         counts = np.bincount(codes.astype(np.intp)) if len(codes) else np.zeros(0, dtype=np.intp)
         for code in np.flatnonzero(counts).tolist():
             sel = np.nonzero(codes == code)[0]
             sub = scores[sel]
-            take = min(k, len(sel))
-            top = np.argpartition(-sub, take - 1)[:take] if take < len(sel) else np.arange(len(sel))
-            where = sel[top] if rows is None else rows[sel[top]]
-            pairs = list(zip(pick(ids, where.tolist()), sub[top].tolist(), strict=True))
-            pairs.sort(key=_first)  # ties (identical texts have identical vectors) by id,
-            pairs.sort(key=_second, reverse=True)  # best first: a stable sort keeps that order
-            by_kind[self.kind_names[code]] = pairs
+            top = _best(sub, k)
+            by_kind[self.kind_names[code]] = self._ranked(rows[sel[top]], sub[top], k)
         return DenseHits(by_kind, int(len(codes)))
+
+    def _top_by_kind(self, unit: np.ndarray, k: int, wanted: list[int] | None) -> DenseHits:
+        """``top_k`` over every row of the view (all live, no restriction), by the rows of each kind
+        kept per view: no pass over the codes per search, and a kind whose rows lie together is
+        scanned in place (``VectorIndex.arrange`` keeps them so)."""
+        by_code = self._rows_by_kind()
+        codes = [c for c in by_code if wanted is None or c in wanted]
+        by_kind: dict[str, list[tuple[str, float]]] = {}
+        if wanted is not None and len(codes) < len(by_code):  # some kinds: only their rows are scanned
+            for code in codes:
+                own = by_code[code]
+                scores = _scores(self.mat, own, unit)
+                top = _best(scores, k)
+                by_kind[self.kind_names[code]] = self._ranked(own[top], scores[top], k)
+            return DenseHits(by_kind, sum(len(by_code[c]) for c in codes))
+        assert self.mat is not None
+        everything = self.mat[: self.n] @ unit
+        for code in codes:
+            rows = by_code[code]
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
+            sub = everything[lo:hi] if hi - lo == len(rows) else everything[rows]
+            top = _best(sub, k)
+            by_kind[self.kind_names[code]] = self._ranked(rows[top], sub[top], k)
+        return DenseHits(by_kind, self.n)
+
+    def _rows_by_kind(self) -> dict[int, np.ndarray]:
+        """Sorted rows of each kind present (every row live), worked out once per view."""
+        cached = self._kind_rows
+        if cached is None:
+            codes = self.codes[: self.n]
+            order = np.argsort(codes, kind="stable")
+            counts = np.bincount(codes.astype(np.intp)) if self.n else np.zeros(0, dtype=np.intp)
+            cuts = np.cumsum(counts)
+            cached = {
+                code: order[cuts[code] - counts[code] : cuts[code]]
+                for code in np.flatnonzero(counts).tolist()
+            }
+            self._kind_rows = cached
+        return cached
+
+    def _ranked(self, rows: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """(id, cosine) of ``rows`` best first, ties by id, at most ``k``."""
+        pairs = list(zip(pick(self.ids, rows.tolist()), scores.tolist(), strict=True))
+        pairs.sort(key=_first)  # ties (identical texts have identical vectors) by id,
+        pairs.sort(key=_second, reverse=True)  # best first: a stable sort keeps that order
+        return pairs[:k]
+
+
+def _best(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` best scores, with every score tied with the last of them: which of
+    equal rows come back is then decided by their ids, never by where they lie."""
+    if k >= len(scores):
+        return np.arange(len(scores))
+    top = np.argpartition(-scores, k - 1)[:k]
+    last = scores[top].min()
+    if np.count_nonzero(scores >= last) > k:
+        top = np.flatnonzero(scores >= last)
+    return top
+
+
+def _scores(mat: np.ndarray | None, rows: np.ndarray, unit: np.ndarray) -> np.ndarray:
+    """Cosines of the sorted ``rows``: each stretch of rows that lie together is scanned in place
+    (a run of one kind, or rows at most as many as the others between them); rows scattered among
+    many others are gathered (a copy of each row, then a second pass)."""
+    if mat is None or not len(rows):
+        return np.empty(0, dtype=np.float32)
+    cuts = np.flatnonzero(np.diff(rows) > _SCAN_GAP) + 1
+    if not len(cuts):
+        return _stretch(mat, rows, unit)
+    return np.concatenate([_stretch(mat, part, unit) for part in np.split(rows, cuts)])
+
+
+def _stretch(mat: np.ndarray, rows: np.ndarray, unit: np.ndarray) -> np.ndarray:
+    lo, hi = int(rows[0]), int(rows[-1]) + 1
+    if hi - lo == len(rows):
+        return mat[lo:hi] @ unit
+    if hi - lo <= 2 * len(rows):
+        return (mat[lo:hi] @ unit)[rows - lo]
+    return mat[rows] @ unit
 
 
 def _admits(reach: frozenset[str], cid: str) -> bool:
@@ -421,35 +485,53 @@ class VectorIndex:
                 self._grow(rows)
 
     def _grow(self, need: int) -> None:
-        """Room for ``need`` rows: a new, larger matrix (a published view keeps the old one)."""
+        """Room for ``need`` rows: a new, larger matrix (a published view keeps the old one). The rows
+        held are copied over arranged (``_rebuild``): the copy is made anyway."""
         cap = len(self._codes)
         if need <= cap and self._mat is not None:
             return
         new_cap = max(need, cap + cap // 2, _MIN_CAPACITY)
-        mat = np.zeros((new_cap, self._dim or 0), dtype=np.float32)
-        codes = np.zeros(new_cap, dtype=np.int16)
-        if self._mat is not None:
-            mat[: self._n] = self._mat[: self._n]
-        codes[: self._n] = self._codes[: self._n]
-        self._mat, self._codes = mat, codes
+        if self._mat is not None and self._n:
+            self._rebuild(new_cap)
+            return
+        self._mat = np.zeros((new_cap, self._dim or 0), dtype=np.float32)  # nothing held yet to copy
+        self._codes = np.zeros(new_cap, dtype=np.int16)
 
     def _compact(self) -> None:
-        """Drop the dead rows once they are more than the live ones: new arrays and lists (a
-        published view keeps the old ones)."""
+        """Drop the dead rows once they are more than the live ones (``_rebuild``)."""
         dead = self._n - len(self._pos)
-        if dead <= max(len(self._pos), _MIN_CAPACITY):
-            return
-        order = sorted(self._pos.items(), key=lambda kv: kv[1])
-        rows = np.array([r for _, r in order], dtype=np.intp)
-        cap = max(_MIN_CAPACITY, len(order) + len(order) // 2)
+        if dead > max(len(self._pos), _MIN_CAPACITY):
+            self._rebuild(max(_MIN_CAPACITY, len(self._pos) + len(self._pos) // 2))
+
+    def arrange(self) -> bool:
+        """Lay the rows of each kind together (and drop dead rows) when they are interleaved: a scan
+        of one kind (the memory pieces of a search) then reads that kind's rows alone. A load of
+        stored rows, in the order they were written, ends with this. Returns whether it moved rows."""
+        with self._lock:
+            codes = self._codes[: self._n]
+            live = codes[codes != _DEAD]
+            runs = 1 + int(np.count_nonzero(live[1:] != live[:-1])) if len(live) else 0
+            if len(live) == self._n and runs <= len(np.unique(live)):
+                return False
+            self._rebuild(len(self._codes))
+            self._publish()
+            return True
+
+    def _rebuild(self, capacity: int) -> None:
+        """New arrays and lists of ``capacity`` rows holding the live rows, those of each kind
+        together in their order (a published view keeps the old ones)."""
+        rows = np.array(sorted(self._pos.values()), dtype=np.intp)
+        rows = rows[np.argsort(self._codes[rows], kind="stable")]
+        cap = max(_MIN_CAPACITY, capacity, len(rows))
         mat = np.zeros((cap, self._dim or 0), dtype=np.float32)
         codes = np.zeros(cap, dtype=np.int16)
         if len(rows):
             assert self._mat is not None
             mat[: len(rows)] = self._mat[rows]
             codes[: len(rows)] = self._codes[rows]
-        self._ids = [cid for cid, _ in order]
-        self._hashes = [self._hashes[r] for _, r in order]
+        order = rows.tolist()
+        self._ids = pick(self._ids, order)
+        self._hashes = pick(self._hashes, order)
         self._pos = {cid: i for i, cid in enumerate(self._ids)}
         self._mat, self._codes, self._n = mat, codes, len(order)
 
