@@ -75,9 +75,13 @@ from slayer_lsp.store.documents import Memory
 from slayer_lsp.texts.parts import PART_SEP, PIECE_KIND
 
 CANDIDATES = 200  # per channel: deeper ranks carry too little evidence to reach the answer
-# memories per memory channel, and memories weighed: on bench/memory_ranking.py 100 and 50 give the
-# same memory figures (columns: equal or up by one question), 20 loses MRR; each costs ~25 us a search
-MEMORY_CANDIDATES = 50
+# memories per memory channel, and memories weighed; each costs ~25 us a search (50 -> 30: -13% of a
+# lexical search at 1,000 models). bench/memory_ranking.py, 2026-12-04: the same memory Hit@1 and
+# Hit@5 from 20 to 50 (MRR@10 .890 -> .889 at 30), the same column figures at 30. On the 1,000-model
+# store (5,000 near-alike memories) a memory is found first from its own words as often at 20, 30 and
+# 50 (.412 / .410 / .403 of 400; default list's MRR .469 / .469 / .467); 30 keeps a margin
+MEMORY_CANDIDATES = 30
+WHOLE_MEMORY_DEPTH = 50  # memories with whole-text BM25 evidence (a dict entry each, not a candidate)
 DENSE_PIECES = 300  # nearest memory pieces asked of the part vectors
 W_TEXT = 1.0
 W_DENSE = 1.5
@@ -468,7 +472,7 @@ def _question_evidence(
         mem_allow = (
             frozenset(memory_ref(m) for m in req.scoped_ids) if req.candidate_ids is not None else None
         )
-        for ref, score in index.scored(query, memories=True, limit=MEMORY_CANDIDATES, allow=mem_allow):
+        for ref, score in index.scored(query, memories=True, limit=WHOLE_MEMORY_DEPTH, allow=mem_allow):
             mid = memory_id_of(ref)
             if allowed.memory(mid):
                 evidence.text[mid] = score
