@@ -558,6 +558,26 @@ def test_store_round_trip(store_path):
     )
 
 
+def test_store_pages_come_kind_by_kind_in_the_order_written(store_path):
+    """Rows come kind by kind (kinds in the order their first row was written, rows in the order
+    written), so a loaded index lays each kind's rows together without arranging them."""
+    store = VectorStore.for_store(store_path)
+    kinds = ("memory", "column", "model")
+    written = [
+        NewVector(
+            f"jaffle.orders.c{i}", kinds[i % 3 if i < 20 else 1], f"h{i}", np.full(4, i, dtype=np.float32)
+        )
+        for i in range(30)
+    ]
+    for row in written:  # one write each: rowids in this order
+        store.upsert("fake/a", [row])
+    pages = list(store.iter_pages("fake/a", page=4))
+    assert [len(p.ids) for p in pages] == [4] * 7 + [2]
+    read = [(cid, kind) for p in pages for cid, kind in zip(p.ids, p.kinds, strict=True)]
+    assert read == [(r.canonical_id, r.kind) for kind in kinds for r in written if r.kind == kind]
+    assert [float(v[0]) for p in pages for v in p.matrix] == [float(cid[15:]) for cid, _ in read]
+
+
 def test_store_pages_reject_rows_of_another_width(yaml_store):
     store = VectorStore.for_store(yaml_store)
     store.upsert("fake/a", _rows(4, dim=8))
@@ -1206,9 +1226,9 @@ def test_round_trip_with_slayers_table_code(store_path, tmp_path):
         assert np.array_equal(np.asarray(row["vec"], dtype=np.float32), vectors[item.canonical_id])
         assert row["created_at"].endswith("+00:00")
     # we read every row SLayer wrote
-    (page,) = list(store.iter_pages("openai/text-embedding-3-small"))
-    got = dict(zip(page.ids, page.matrix, strict=True))
-    assert set(got) == {w["id"] for w in theirs} and page.rejected == []
+    pages = list(store.iter_pages("openai/text-embedding-3-small"))  # a page per kind at least
+    got = {cid: vec for page in pages for cid, vec in zip(page.ids, page.matrix, strict=True)}
+    assert set(got) == {w["id"] for w in theirs} and not any(page.rejected for page in pages)
     for w in theirs:
         assert np.array_equal(got[w["id"]], np.asarray(w["vec"], dtype=np.float32))
     assert store.get("openai/text-embedding-3-small", ["memory:9"])["memory:9"].kind == "memory"

@@ -527,7 +527,7 @@ class VectorIndex:
         codes = np.zeros(cap, dtype=np.int16)
         if len(rows):
             assert self._mat is not None
-            mat[: len(rows)] = self._mat[rows]
+            np.take(self._mat, rows, axis=0, out=mat[: len(rows)])  # no temporary copy of the rows
             codes[: len(rows)] = self._codes[rows]
         order = rows.tolist()
         self._ids = pick(self._ids, order)

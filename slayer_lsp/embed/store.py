@@ -122,6 +122,35 @@ class VectorPage:
     rejected: list[tuple[str, str]] = field(default_factory=list)
 
 
+def _page(rows: list[tuple], dim: int | None) -> tuple[VectorPage, int | None]:
+    """``(canonical_id, kind, content_hash, embedding)`` rows as a page, and the width found (the
+    first readable row's when ``dim`` is None)."""
+    out = VectorPage()
+    vectors: list[list[float]] = []
+    for cid, kind, chash, raw in rows:
+        try:
+            values = _decode_vector(raw)
+        except (msgspec.DecodeError, TypeError) as exc:
+            out.rejected.append((cid, f"unreadable embedding: {exc}"))
+            continue
+        if not values or not all(math.isfinite(v) for v in values):
+            out.rejected.append((cid, "empty or non-finite embedding"))
+            continue
+        if dim is None:
+            dim = len(values)
+        if len(values) != dim:
+            out.rejected.append((cid, f"dimension {len(values)}, expected {dim}"))
+            continue
+        out.ids.append(cid)
+        out.kinds.append(kind)
+        out.hashes.append(chash)
+        vectors.append(values)
+    out.matrix = (
+        np.asarray(vectors, dtype=np.float32) if vectors else np.zeros((0, dim or 0), dtype=np.float32)
+    )
+    return out, dim
+
+
 class VectorStore:
     """Reads and writes rows of SLayer's ``embeddings`` table at ``db_path``.
 
@@ -237,50 +266,50 @@ class VectorStore:
         return int(rows[0][0]) if rows else 0
 
     def iter_pages(self, model: str, *, page: int = 2000, dim: int | None = None) -> Iterator[VectorPage]:
-        """All rows of ``model``, ``page`` rows (one fresh connection) at a time, as matrices.
+        """All rows of ``model`` as matrices, at most ``page`` rows (one fresh connection) at a time,
+        the rows of each kind together: kinds in the order their first row was written, each kind's
+        rows in rowid order. A vector index loaded from them then holds each kind's rows in one
+        stretch, what a scan of one kind (the memory pieces of a search) reads, without a second copy
+        of its matrix to arrange them.
 
-        Rows are read in rowid order through SLayer's index on the model name, so each page is a
-        range scan. The first readable row fixes ``dim`` unless given; rows of another width land
-        in ``rejected``. A row rewritten while paging may be seen twice or missed until the next read."""
-        last = -1
+        The (rowid, kind) pairs come first (no vectors: a range scan through SLayer's index on the
+        model name), then the rows by rowid. The first readable row fixes ``dim`` unless given; rows
+        of another width land in ``rejected``. A row rewritten while paging may be seen twice or
+        missed until the next read."""
+        by_kind: dict[str, list[int]] = {}
+        for rowid, kind in self._rowids(model):
+            by_kind.setdefault(kind, []).append(rowid)
+        ordered = [rowid for rowids in by_kind.values() for rowid in rowids]
         page = max(1, page)
+        for start in range(0, len(ordered), page):
+            rows: list[tuple] = []
+            for at in range(start, min(start + page, len(ordered)), _IN_CHUNK):
+                chunk = ordered[at : min(at + _IN_CHUNK, start + page)]
+                found = {
+                    row[0]: row[1:]
+                    for row in self._read(
+                        f"SELECT rowid, canonical_id, entity_kind, content_hash, embedding FROM {self.table} "
+                        f"WHERE rowid IN ({','.join('?' * len(chunk))}) AND embedding_model_name = ?",
+                        (*chunk, model),
+                    )
+                }
+                rows += [found[r] for r in chunk if r in found]  # in the order asked: kind by kind
+            out, dim = _page(rows, dim)
+            yield out
+
+    def _rowids(self, model: str, page: int = 50_000) -> Iterator[tuple[int, str]]:
+        """(rowid, kind) of every row of ``model`` in rowid order, paged."""
+        last = -1
         while True:
             rows = self._read(
-                f"SELECT rowid, canonical_id, entity_kind, content_hash, embedding FROM {self.table} "
+                f"SELECT rowid, entity_kind FROM {self.table} "
                 "WHERE embedding_model_name = ? AND rowid > ? ORDER BY rowid LIMIT ?",
                 (model, last, page),
             )
-            if not rows:
-                return
-            last = rows[-1][0]
-            out = VectorPage()
-            vectors: list[list[float]] = []
-            for _rowid, cid, kind, chash, raw in rows:
-                try:
-                    values = _decode_vector(raw)
-                except (msgspec.DecodeError, TypeError) as exc:
-                    out.rejected.append((cid, f"unreadable embedding: {exc}"))
-                    continue
-                if not values or not all(math.isfinite(v) for v in values):
-                    out.rejected.append((cid, "empty or non-finite embedding"))
-                    continue
-                if dim is None:
-                    dim = len(values)
-                if len(values) != dim:
-                    out.rejected.append((cid, f"dimension {len(values)}, expected {dim}"))
-                    continue
-                out.ids.append(cid)
-                out.kinds.append(kind)
-                out.hashes.append(chash)
-                vectors.append(values)
-            out.matrix = (
-                np.asarray(vectors, dtype=np.float32)
-                if vectors
-                else np.zeros((0, dim or 0), dtype=np.float32)
-            )
-            yield out
+            yield from rows
             if len(rows) < page:
                 return
+            last = rows[-1][0]
 
     def get(self, model: str, canonical_ids: Iterable[str]) -> dict[str, StoredVector]:
         """The stored rows of these ids under ``model`` (unreadable rows are left out)."""
