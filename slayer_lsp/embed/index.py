@@ -205,15 +205,17 @@ class VectorView:
         unit = _unit(q)
         if unit is None or not unit.any():
             return DenseHits({}, 0, ("dense: the question's vector is zero or not finite; not ranked",))
-        rows = self._all_rows() if allow is None else self.rows_for(allow)
-        reach = self.reachable_rows()
-        if reach is not None:  # a scoped session's rows, whatever ``allow`` says
-            rows = reach if rows is None else np.intersect1d(rows, reach, assume_unique=True)
         wanted = (
             None if kinds is None else sorted({self.kind_codes[x] for x in kinds if x in self.kind_codes})
         )
-        if rows is None:  # every row live, nothing restricted
+        reach = self.reachable_rows()
+        if allow is None and reach is None:  # nothing restricted
             return self._top_by_kind(unit, k, wanted)
+        rows = self._all_rows() if allow is None else self.rows_for(allow)
+        if reach is not None:  # a scoped session's rows, whatever ``allow`` says
+            rows = reach if rows is None else np.intersect1d(rows, reach, assume_unique=True)
+        if rows is None:
+            rows = np.arange(self.n)
         codes = self.codes[rows]
         if wanted is not None:
             # one kind (the memory pieces' scan): a comparison, several times cheaper than isin
@@ -232,9 +234,9 @@ class VectorView:
         return DenseHits(by_kind, int(len(codes)))
 
     def _top_by_kind(self, unit: np.ndarray, k: int, wanted: list[int] | None) -> DenseHits:
-        """``top_k`` over every row of the view (all live, no restriction), by the rows of each kind
-        kept per view: no pass over the codes per search, and a kind whose rows lie together is
-        scanned in place (``VectorIndex.arrange`` keeps them so)."""
+        """``top_k`` over every live row of the view (no restriction), by the rows of each kind kept
+        per view: no pass over the codes per search, and a kind whose rows lie together is
+        scanned in place (a load, growth and compaction lay them so)."""
         by_code = self._rows_by_kind()
         codes = [c for c in by_code if wanted is None or c in wanted]
         by_kind: dict[str, list[tuple[str, float]]] = {}
@@ -253,15 +255,18 @@ class VectorView:
             sub = everything[lo:hi] if hi - lo == len(rows) else everything[rows]
             top = _best(sub, k)
             by_kind[self.kind_names[code]] = self._ranked(rows[top], sub[top], k)
-        return DenseHits(by_kind, self.n)
+        return DenseHits(by_kind, self.live)
 
     def _rows_by_kind(self) -> dict[int, np.ndarray]:
-        """Sorted rows of each kind present (every row live), worked out once per view."""
+        """Sorted live rows of each kind present, worked out once per view."""
         cached = self._kind_rows
         if cached is None:
-            codes = self.codes[: self.n]
+            live = self._all_rows()  # None: every row of [0, n) is live
+            codes = self.codes[: self.n] if live is None else self.codes[live]
             order = np.argsort(codes, kind="stable")
-            counts = np.bincount(codes.astype(np.intp)) if self.n else np.zeros(0, dtype=np.intp)
+            if live is not None:
+                order = live[order]
+            counts = np.bincount(codes.astype(np.intp)) if len(codes) else np.zeros(0, dtype=np.intp)
             cuts = np.cumsum(counts)
             cached = {
                 code: order[cuts[code] - counts[code] : cuts[code]]
