@@ -451,7 +451,7 @@ class Lane:
                     self._note_error(warning)
             if self.stopping:
                 break
-        self.index.arrange()  # rows come in the order they were written: each kind's laid together
+        self.index.arrange()  # pages come kind by kind; a row rewritten meanwhile may not: lay it with its kind
         if rejected:
             self._note_error(
                 f"{rejected} stored vector(s) of {model} were unreadable or of another "

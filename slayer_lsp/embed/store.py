@@ -266,8 +266,8 @@ class VectorStore:
         return int(rows[0][0]) if rows else 0
 
     def iter_pages(self, model: str, *, page: int = 2000, dim: int | None = None) -> Iterator[VectorPage]:
-        """All rows of ``model`` as matrices, at most ``page`` rows (one fresh connection) at a time,
-        the rows of each kind together: kinds in the order their first row was written, each kind's
+        """All rows of ``model`` as matrices, at most ``page`` rows at a time (a fresh connection per
+        ``_IN_CHUNK`` rows), the rows of each kind together: kinds in the order their first row was written, each kind's
         rows in rowid order. A vector index loaded from them then holds each kind's rows in one
         stretch, what a scan of one kind (the memory pieces of a search) reads, without a second copy
         of its matrix to arrange them.
