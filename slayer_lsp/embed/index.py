@@ -510,8 +510,9 @@ class VectorIndex:
 
     def arrange(self) -> bool:
         """Lay the rows of each kind together (and drop dead rows) when they are interleaved: a scan
-        of one kind (the memory pieces of a search) then reads that kind's rows alone. A load of
-        stored rows, in the order they were written, ends with this. Returns whether it moved rows."""
+        of one kind (the memory pieces of a search) then reads that kind's rows alone. A load ends
+        with this: its pages come kind by kind, but a row rewritten meanwhile may not. Returns whether
+        it moved rows."""
         with self._lock:
             codes = self._codes[: self._n]
             live = codes[codes != _DEAD]
