@@ -303,6 +303,10 @@ class SlayerProtocol(LanguageServerProtocol):
                 return refuse(
                     SERVER_NOT_INITIALIZED, f"{method}: the server is not initialized; send initialize first"
                 )
+        if "result" in message or "error" in message:
+            # a message with a method is a request or a notification whatever else it carries;
+            # pygls would read one with an ``error`` (even null) as a response and never answer it
+            message = {k: v for k, v in message.items() if k not in ("result", "error")}
         structured = self._structure(message)
         if structured is not None and is_request and not hasattr(structured, "id"):
             # pygls would structure it as the notification it is and never answer the id

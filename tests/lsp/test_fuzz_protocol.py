@@ -732,6 +732,24 @@ FRAMING_CASES = [
         ["f-inner"],
     ),
     _case("response-to-unknown-id", frame(b'{"jsonrpc":"2.0","id":"f-resp","result":{"x":1}}'), [], 0),
+    # a method makes a request, whatever else it holds (pygls read an ``error`` member as a response)
+    _case(
+        "request-with-error-member",
+        frame(b'{"jsonrpc":"2.0","id":"f-rerr","method":"slayer/status","params":{},"error":null}'),
+        ["f-rerr"],
+    ),
+    _case(
+        "request-with-result-member",
+        frame(b'{"jsonrpc":"2.0","id":"f-rres","method":"slayer/status","params":{},"result":[]}'),
+        ["f-rres"],
+    ),
+    _case(
+        "notification-as-request-with-error-member",
+        frame(
+            b'{"jsonrpc":"2.0","id":"f-ntf","method":"$/setTrace","params":false,"result":[],"error":null}'
+        ),
+        ["f-ntf"],
+    ),
     _case("error-response-garbage", frame(b'{"jsonrpc":"2.0","id":"f-eresp","error":"boom"}'), [], 0),
     _case("notification-bad-version", frame(b'{"jsonrpc":"3","method":"textDocument/didOpen"}'), [], 0),
     _case(
