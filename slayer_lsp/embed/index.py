@@ -214,8 +214,7 @@ class VectorView:
         rows = self._all_rows() if allow is None else self.rows_for(allow)
         if reach is not None:  # a scoped session's rows, whatever ``allow`` says
             rows = reach if rows is None else np.intersect1d(rows, reach, assume_unique=True)
-        if rows is None:
-            rows = np.arange(self.n)
+        assert rows is not None  # ``allow`` or ``reach`` restricts: rows were picked
         codes = self.codes[rows]
         if wanted is not None:
             # one kind (the memory pieces' scan): a comparison, several times cheaper than isin

@@ -154,7 +154,7 @@ def rank(catalog: Catalog, indexes: SearchIndexes, req: Request) -> list[SearchH
     memory_side = _start_memories(catalog, indexes, req, allowed)  # its searches run meanwhile
     if req.has_question:
         _question_evidence(catalog, indexes, req, allowed, sc, evidence)
-    if req.has_question and allowed.memories_on:
+    if req.has_question:
         evidence.pieces = _dense_pieces(indexes, req, allowed)
     matches = _memories(catalog, req, evidence, memory_side)
     mem_own = _memory_own(catalog, indexes, req, matches, evidence)
@@ -372,16 +372,14 @@ def _dense_pieces(indexes: SearchIndexes, req: Request, allowed: _Allowed) -> li
     vectors (``embed/parts.py``); empty while they are not embedded."""
     worker = indexes.dense
     parts = getattr(worker, "parts", None) if worker is not None else None
-    if worker is None or parts is None or not len(parts.index):  # worker None: parts None too
-        return []
+    if not allowed.memories_on or worker is None or parts is None or not len(parts.index):
+        return []  # (worker None: parts None too)
     try:
         vec = worker.embed_query(req.question or "")
     except Exception:  # noqa: BLE001 - the dense channel already warned about its provider
         return []
     hits = parts.index.top_k(vec, DENSE_PIECES, kinds=[PIECE_KIND], model=worker.provider.name)
     out: list[tuple[str, int, float]] = []
-    if not allowed.memories_on:
-        return out
     scoped = allowed.memory_ids
     for pid, cos in hits.by_kind.get(PIECE_KIND, ()):
         owner, _, part = pid.rpartition(PART_SEP)  # "memory:<id>#p<n>": the owner and the part

@@ -421,19 +421,13 @@ class MemoryPieceIndex:
         if begun and first is None:
             return []  # begun, and nothing could match
         full: tantivy.Query | None = None
-        if first is None:
-            full = self._restricted(
-                self.parse(question) if isinstance(question, str) else question, allow, depth
-            )
-            if full is None:
-                return []
         limit = _first_fetch(depth)
         searcher = self._searcher
         while True:
             if first is not None:
                 hits, first = first.result(), None
             else:
-                if full is None:  # deeper than the search begun: the query itself is needed now
+                if full is None:  # not begun, or deeper than the search begun: the query is needed now
                     full = self._restricted(
                         self.parse(question) if isinstance(question, str) else question, allow, depth
                     )
